@@ -1,0 +1,382 @@
+"""The typed config schema, and loading + validating it.
+
+Every stage starts with `load_params()` (the DVC path: `params.yaml`) or `compose()` (the
+Hydra path: `conf/` plus overrides, as `mlflow run` and tests use). Both return a validated
+`Config` or raise `ConfigError` whose message is one line naming the key, the value and what
+is allowed. Validation reads no data and builds no model, so a bad config fails in well
+under a second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Optional
+
+import yaml
+
+CONF_DIR = "conf"
+CONFIG_NAME = "config"
+PARAMS_FILE = "params.yaml"
+
+DATASETS = ("cifar10", "imdb")
+MODALITIES = ("image", "text")
+IMAGE_MODELS = ("cnn",)
+TEXT_MODELS = ("embedding_gap",)
+MODELS = IMAGE_MODELS + TEXT_MODELS
+STRATEGIES = ("one_device", "auto")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+OPTIMIZERS = ("adam", "adamw", "sgd")
+LR_SCHEDULES = ("constant", "cosine")
+SOURCES = ("tfds", "directory")
+ON_BAD_FILE = ("fail", "skip")
+
+
+class ConfigError(ValueError):
+    """A config value is not allowed. The message is one line meant for the user."""
+
+
+@dataclass
+class DatasetConfig:
+    name: str = "cifar10"
+    modality: str = "image"
+    tfds_name: str = "cifar10"
+    image_size: Optional[List[int]] = None
+    channels: Optional[int] = None
+    max_tokens: Optional[int] = None
+    sequence_length: Optional[int] = None
+
+
+@dataclass
+class ModelConfig:
+    name: str = "cnn"
+    filters: Optional[List[int]] = None
+    dense_units: int = 64
+    dropout: float = 0.0
+    embedding_dim: Optional[int] = None
+
+
+@dataclass
+class DataConfig:
+    source: str = "tfds"
+    path: str = "data/raw"
+    tfds_data_dir: Optional[str] = None
+    train_split: str = "train"
+    test_split: str = "test"
+    validation_split: Optional[str] = None
+    validation_fraction: float = 0.1
+    max_examples_per_split: Optional[int] = None
+    examples_per_shard: int = 10000
+    on_bad_file: str = "fail"
+    output_dir: str = "data/prepared"
+    seed: int = 42
+
+
+@dataclass
+class StrategyConfig:
+    name: str = "one_device"
+    device: Optional[str] = "/cpu:0"
+
+
+@dataclass
+class PrecisionConfig:
+    policy: str = "float32"
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "adam"
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.0
+    momentum: float = 0.9
+
+
+@dataclass
+class LRScheduleConfig:
+    name: str = "constant"
+    warmup_epochs: float = 0.0
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 3
+    batch_size_per_replica: int = 64
+    steps_per_epoch: Optional[int] = None
+    seed: int = 42
+    shuffle_buffer: int = 10000
+    cache: bool = True
+    label_smoothing: float = 0.0
+    checkpoint_every_steps: int = 500
+    max_checkpoints_to_keep: int = 3
+    log_every_steps: int = 50
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
+
+
+@dataclass
+class TrackingConfig:
+    uri: Optional[str] = None
+    experiment_name: str = "tfpipe"
+    artifact_location: Optional[str] = "mlartifacts"
+    log_model: bool = True
+    run_file: str = "run.json"
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def flat(self) -> dict:
+        """Dotted keys -> values, e.g. {'train.optimizer.learning_rate': 0.001}."""
+        return flatten(self.to_dict())
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def load_params(path: str | os.PathLike = PARAMS_FILE) -> Config:
+    """Read and validate a composed config file (DVC's `params.yaml`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found (run from the project root, or compose one from conf/)")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML ({first})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of config sections, got {type(raw).__name__}")
+    return from_dict(raw, origin=str(path))
+
+
+def compose(overrides: list[str] | tuple[str, ...] = (), config_dir: str | os.PathLike = CONF_DIR) -> Config:
+    """Compose `conf/` with Hydra overrides (the same grammar as `dvc exp run -S`), then validate."""
+    return from_dict(compose_dict(overrides, config_dir), origin="conf/")
+
+
+def compose_dict(overrides: list[str] | tuple[str, ...] = (), config_dir: str | os.PathLike = CONF_DIR) -> dict:
+    """The resolved composition as plain containers, exactly as DVC dumps it into params.yaml."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    config_dir = Path(config_dir).resolve()
+    if not config_dir.is_dir():
+        raise ConfigError(f"{config_dir}: Hydra config directory not found")
+    try:
+        with initialize_config_dir(str(config_dir), version_base=None):
+            cfg = hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
+        OmegaConf.resolve(cfg)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(_one_line(f"override {' '.join(overrides) or '(none)'}: {exc}")) from None
+    return OmegaConf.to_container(cfg)
+
+
+def compose_yaml(overrides: list[str] | tuple[str, ...] = (), config_dir: str | os.PathLike = CONF_DIR) -> str:
+    """params.yaml text for these overrides (what `dvc exp run -S` writes)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(OmegaConf.create(compose_dict(overrides, config_dir)))
+
+
+def from_dict(raw: dict, origin: str = "config") -> Config:
+    """Build a Config from nested dicts, refusing unknown keys and wrong types, then validate."""
+    cfg = _build(Config, raw, prefix="", origin=origin)
+    validate(cfg)
+    return cfg
+
+
+def _build(cls, raw: Any, prefix: str, origin: str):
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or '<root>'}: expected a mapping, got {raw!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in fields:
+            hint = difflib.get_close_matches(str(key), fields, n=1)
+            did_you_mean = f" (did you mean '{prefix}{hint[0]}'?)" if hint else ""
+            raise ConfigError(
+                f"{prefix}{key}: unknown config key{did_you_mean}; allowed keys under "
+                f"'{prefix.rstrip('.') or '<root>'}': {', '.join(fields)}"
+            )
+    values = {}
+    hints = _type_hints(cls)
+    for name, f in fields.items():
+        key = f"{prefix}{name}"
+        tp = hints[name]
+        if name not in raw:
+            continue
+        value = raw[name]
+        if dataclasses.is_dataclass(tp):
+            values[name] = _build(tp, value, key + ".", origin)
+        else:
+            values[name] = _coerce(key, value, tp)
+    return cls(**values)
+
+
+def _type_hints(cls) -> dict:
+    import typing
+
+    return typing.get_type_hints(cls)
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    import typing
+
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Union and type(None) in args:
+        if value is None:
+            return None
+        inner = [a for a in args if a is not type(None)][0]
+        return _coerce(key, value, inner)
+    if value is None:
+        raise ConfigError(f"{key}: must not be null; expected {_type_name(tp)}")
+    if origin in (list, List):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}={value!r}: expected a list of {_type_name(args[0])}")
+        return [_coerce(f"{key}[{i}]", v, args[0]) for i, v in enumerate(value)]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}={value!r}: expected true or false")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}={value!r}: expected an integer")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{key}={value!r}: expected a number")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key}={value!r}: expected a string")
+    return value
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _choice(key: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        hint = difflib.get_close_matches(str(value), allowed, n=1)
+        did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else ""
+        raise ConfigError(f"{key}={value!r}: not allowed{did_you_mean}; allowed: {', '.join(allowed)}")
+
+
+def _positive(key: str, value: Any, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if value is None or value <= 0:
+        raise ConfigError(f"{key}={value!r}: must be > 0")
+
+
+def _non_negative(key: str, value: float) -> None:
+    if value < 0:
+        raise ConfigError(f"{key}={value!r}: must be >= 0")
+
+
+def validate(cfg: Config) -> None:
+    """Semantic checks: allowed names, ranges and cross-field consistency."""
+    ds, model, data, tr = cfg.dataset, cfg.model, cfg.data, cfg.train
+    _choice("dataset.name", ds.name, DATASETS)
+    _choice("dataset.modality", ds.modality, MODALITIES)
+    if ds.modality == "image":
+        if not ds.image_size or len(ds.image_size) != 2 or min(ds.image_size) <= 0:
+            raise ConfigError(f"dataset.image_size={ds.image_size!r}: expected [height, width] of positive integers")
+        if ds.channels not in (1, 3):
+            raise ConfigError(f"dataset.channels={ds.channels!r}: allowed: 1, 3")
+    else:
+        _positive("dataset.max_tokens", ds.max_tokens)
+        _positive("dataset.sequence_length", ds.sequence_length)
+
+    _choice("model.name", model.name, MODELS)
+    wanted = IMAGE_MODELS if ds.modality == "image" else TEXT_MODELS
+    if model.name not in wanted:
+        raise ConfigError(
+            f"model.name={model.name!r}: is not a {ds.modality} model, but dataset {ds.name!r} is {ds.modality}; "
+            f"allowed: {', '.join(wanted)}"
+        )
+    if model.name in IMAGE_MODELS and (not model.filters or min(model.filters) <= 0):
+        raise ConfigError(f"model.filters={model.filters!r}: expected a non-empty list of positive integers")
+    if model.name in TEXT_MODELS:
+        _positive("model.embedding_dim", model.embedding_dim)
+    _positive("model.dense_units", model.dense_units)
+    if not 0.0 <= model.dropout < 1.0:
+        raise ConfigError(f"model.dropout={model.dropout!r}: must be in [0, 1)")
+
+    _choice("data.source", data.source, SOURCES)
+    _choice("data.on_bad_file", data.on_bad_file, ON_BAD_FILE)
+    if data.source == "directory" and not data.path:
+        raise ConfigError("data.path: empty; the directory source needs the folder holding the split folders")
+    if not data.train_split or not data.test_split:
+        raise ConfigError("data.train_split / data.test_split: must name a split")
+    if data.validation_split is None and not 0.0 < data.validation_fraction < 1.0:
+        raise ConfigError(f"data.validation_fraction={data.validation_fraction!r}: must be in (0, 1)")
+    _positive("data.max_examples_per_split", data.max_examples_per_split, allow_none=True)
+    _positive("data.examples_per_shard", data.examples_per_shard)
+    if not data.output_dir:
+        raise ConfigError("data.output_dir: empty; name the folder for the prepared TFRecords")
+
+    _choice("strategy.name", cfg.strategy.name, STRATEGIES)
+    _choice("precision.policy", cfg.precision.policy, PRECISIONS)
+
+    _positive("train.epochs", tr.epochs)
+    _positive("train.batch_size_per_replica", tr.batch_size_per_replica)
+    _positive("train.steps_per_epoch", tr.steps_per_epoch, allow_none=True)
+    _positive("train.shuffle_buffer", tr.shuffle_buffer)
+    _positive("train.checkpoint_every_steps", tr.checkpoint_every_steps)
+    _positive("train.max_checkpoints_to_keep", tr.max_checkpoints_to_keep)
+    _positive("train.log_every_steps", tr.log_every_steps)
+    if not 0.0 <= tr.label_smoothing < 1.0:
+        raise ConfigError(f"train.label_smoothing={tr.label_smoothing!r}: must be in [0, 1)")
+    _choice("train.optimizer.name", tr.optimizer.name, OPTIMIZERS)
+    _positive("train.optimizer.learning_rate", tr.optimizer.learning_rate)
+    _non_negative("train.optimizer.weight_decay", tr.optimizer.weight_decay)
+    _non_negative("train.optimizer.momentum", tr.optimizer.momentum)
+    _choice("train.lr_schedule.name", tr.lr_schedule.name, LR_SCHEDULES)
+    _non_negative("train.lr_schedule.warmup_epochs", tr.lr_schedule.warmup_epochs)
+    if tr.lr_schedule.warmup_epochs > tr.epochs:
+        raise ConfigError(
+            f"train.lr_schedule.warmup_epochs={tr.lr_schedule.warmup_epochs!r}: must be <= train.epochs ({tr.epochs})"
+        )
+
+    if not cfg.tracking.experiment_name:
+        raise ConfigError("tracking.experiment_name: empty; name the MLflow experiment")
+    if not cfg.tracking.run_file:
+        raise ConfigError("tracking.run_file: empty; name the file that hands the run id to evaluate")
