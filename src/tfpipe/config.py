@@ -18,6 +18,8 @@ from typing import Any, List, Optional
 
 import yaml
 
+from tfpipe.errors import ConfigError
+
 CONF_DIR = "conf"
 CONFIG_NAME = "config"
 PARAMS_FILE = "params.yaml"
@@ -35,8 +37,6 @@ SOURCES = ("tfds", "directory")
 ON_BAD_FILE = ("fail", "skip")
 
 
-class ConfigError(ValueError):
-    """A config value is not allowed. The message is one line meant for the user."""
 
 
 @dataclass

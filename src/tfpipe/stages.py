@@ -1,0 +1,181 @@
+"""The three pipeline stages as library functions: each wires the modules for one DVC stage.
+
+`pipeline/*.py` parse arguments and call one of these; tests call them directly. Output paths
+are fixed here and mirrored in dvc.yaml (tests/test_dvc_yaml.py keeps the two in step).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+from pathlib import Path
+
+from tfpipe.config import Config
+
+log = logging.getLogger(__name__)
+
+MODELS_DIR = "models"
+TRAIN_METRICS = "metrics/train.json"
+HISTORY_CSV = "plots/history.csv"
+EVAL_METRICS = "metrics/eval.json"
+CONFUSION_CSV = "plots/confusion_matrix.csv"
+CONFUSION_PNG = "plots/confusion_matrix.png"
+
+
+def model_dir(cfg: Config, root: Path) -> Path:
+    return root / MODELS_DIR / cfg.dataset.name
+
+
+def run_prepare(cfg: Config, root: Path) -> dict:
+    """Source data -> data/prepared/<dataset>/ (TFRecord shards, manifest.json, vocab.txt)."""
+    from tfpipe import data
+
+    manifest = data.prepare(_rooted(cfg, root))
+    counts = {split: info["num_examples"] for split, info in manifest["splits"].items()}
+    log.info("prepared %s from %s: %s", cfg.dataset.name, cfg.data.source, counts)
+    return manifest
+
+
+def run_train(cfg: Config, root: Path):
+    """Prepared data -> trained model, SavedModel, train metrics and history, one MLflow run."""
+    from tfpipe import data, provenance, tracking, training
+
+    cfg = _rooted(cfg, root)
+    prepared = Path(cfg.data.output_dir)
+    manifest = data.load_manifest(prepared)
+    data.verify_shards(prepared, manifest)  # a truncated or altered shard stops us before training
+    digest = data.manifest_digest(prepared)
+    prov = provenance.collect(root)
+
+    with tracking.start_run(cfg, root, stage="train") as run:
+        run.log_params(cfg.flat())
+        run.log_config(cfg.to_dict())
+        run.set_tags(tracking.run_tags(cfg, None, digest, prov))
+        run.log_dataset(manifest, digest, prepared, context="train")
+        out = model_dir(cfg, root)
+        result = training.train(cfg, prepared_dir=prepared, output_dir=out, sink=run)
+        run.set_tags(tracking.run_tags(cfg, result.strategy, digest, prov))
+        run.log_metrics(_prefixed(result.final_metrics, "final_"), step=len(result.history))
+
+        summary = {
+            **result.final_metrics,
+            "train_seconds": result.train_seconds,
+            "steps": result.steps,
+            "global_batch_size": result.global_batch_size,
+            "num_params": result.num_params,
+        }
+        _write_json(root / TRAIN_METRICS, summary)
+        _write_history(root / HISTORY_CSV, result.history)
+        run.log_artifact(root / TRAIN_METRICS, "metrics")
+        run.log_artifact(root / HISTORY_CSV, "plots")
+        run.log_artifacts(result.checkpoint_dir, "checkpoints")
+        run.log_artifacts(result.saved_model_dir, "saved_model")
+        if cfg.tracking.log_model:
+            run.log_model(
+                result.saved_model_dir,
+                modality=cfg.dataset.modality,
+                input_example=_input_example(prepared, manifest),
+                class_names=manifest["class_names"],
+            )
+    return result
+
+
+def run_evaluate(cfg: Config, root: Path):
+    """The SavedModel, loaded from disk, scored on the test split; logged into the train run."""
+    from tfpipe import data, evaluation, provenance, tracking
+
+    cfg = _rooted(cfg, root)
+    prepared = Path(cfg.data.output_dir)
+    saved_model = model_dir(cfg, root) / "saved_model"
+    if not (saved_model / "saved_model.pb").is_file():
+        from tfpipe.errors import DataError
+
+        raise DataError(f"{saved_model}: no SavedModel found; run the train stage first")
+    manifest = data.load_manifest(prepared)
+    data.verify_shards(prepared, manifest)
+    digest = data.manifest_digest(prepared)
+
+    with tracking.resume_run(cfg, root, stage="evaluate") as run:
+        result = evaluation.evaluate(saved_model, prepared, batch_size=256)
+        evaluation.write_reports(
+            result,
+            metrics_path=root / EVAL_METRICS,
+            confusion_csv_path=root / CONFUSION_CSV,
+            confusion_png_path=root / CONFUSION_PNG,
+        )
+        run.log_dataset(manifest, digest, prepared, context="test")
+        run.log_metrics(_prefixed(result.scalar_metrics(), "test_"), step=0)
+        run.log_artifact(root / EVAL_METRICS, "metrics")
+        run.log_artifact(root / CONFUSION_CSV, "plots")
+        run.log_artifact(root / CONFUSION_PNG, "plots")
+        run.set_tags(tracking.dvc_lock_tags(provenance.collect(root)))
+    log.info("test accuracy %.4f on %d examples", result.accuracy, result.num_examples)
+    return result
+
+
+def run_all(cfg: Config, root: Path):
+    """prepare (skipped when its output already matches the config), train, evaluate."""
+    from tfpipe import data
+    from tfpipe.errors import DataError
+
+    try:
+        up_to_date = data.is_up_to_date(_rooted(cfg, root))
+    except DataError:
+        up_to_date = False
+    if up_to_date:
+        log.info("prepared data in %s matches the config; skipping prepare", cfg.data.output_dir)
+    else:
+        run_prepare(cfg, root)
+    run_train(cfg, root)
+    return run_evaluate(cfg, root)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _rooted(cfg: Config, root: Path) -> Config:
+    """The config with project-relative data paths made absolute (stages may run from anywhere)."""
+    import dataclasses
+
+    def rooted(p):
+        return p if p is None or os.path.isabs(p) else str(root / p)
+
+    data_cfg = dataclasses.replace(cfg.data, path=rooted(cfg.data.path), output_dir=rooted(cfg.data.output_dir))
+    return dataclasses.replace(cfg, data=data_cfg)
+
+
+def _prefixed(metrics: dict, prefix: str) -> dict:
+    return {f"{prefix}{k}": float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+
+
+def _input_example(prepared: Path, manifest: dict):
+    """Two raw test examples (uint8 images or strings), as the served model receives them."""
+    from tfpipe import data
+
+    ds = data.make_dataset(prepared, "test", batch_size=2, training=False, seed=0, cache=False)
+    features, _ = next(iter(ds))
+    array = features.numpy()
+    if manifest["modality"] == "text":
+        return [t.decode("utf-8") for t in array]
+    return array
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _write_history(path: Path, history: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    keys = sorted({k for row in history for k in row}, key=lambda k: (k != "epoch", k))
+    with tmp.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(history)
+    os.replace(tmp, path)
+

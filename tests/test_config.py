@@ -1,0 +1,136 @@
+"""The config tree, params.yaml and the typed schema."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tfpipe import config
+from tfpipe.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_params_yaml_equals_default_composition(tmp_path):
+    """DVC composes conf/ only on `dvc exp run`; `dvc repro` reads params.yaml as committed."""
+    from dvc.utils.hydra import compose_and_dump
+
+    expected = tmp_path / "params.yaml"
+    compose_and_dump(expected, str(ROOT / "conf"), None, "config", str(ROOT), [])
+    assert yaml.safe_load((ROOT / "params.yaml").read_text()) == yaml.safe_load(expected.read_text()), (
+        "params.yaml differs from composing conf/: regenerate it with "
+        "`python -c \"from tfpipe.config import compose_yaml; open('params.yaml','w').write(compose_yaml())\"`"
+    )
+
+
+def test_compose_matches_what_dvc_writes(tmp_path):
+    """`dvc exp run -S` and `mlflow run -P overrides=` resolve the same overrides to the same config."""
+    from dvc.utils.hydra import compose_and_dump
+
+    overrides = ["dataset=imdb", "precision=mixed_bfloat16", "train.epochs=1", "train.optimizer.learning_rate=0.01"]
+    dvc_params = tmp_path / "params.yaml"
+    compose_and_dump(dvc_params, str(ROOT / "conf"), None, "config", str(ROOT), overrides)
+    from_dvc = config.load_params(dvc_params)
+    from_mlflow = config.compose(overrides, config_dir=ROOT / "conf")
+    assert from_dvc == from_mlflow
+    assert from_mlflow.dataset.name == "imdb" and from_mlflow.model.name == "embedding_gap"
+    assert from_mlflow.data.output_dir == "data/prepared/imdb"
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        ([], ("cifar10", "cnn")),
+        (["dataset=imdb"], ("imdb", "embedding_gap")),
+        (["experiment=imdb"], ("imdb", "embedding_gap")),
+        (["experiment=smoke", "dataset=imdb"], ("imdb", "embedding_gap")),
+    ],
+)
+def test_dataset_picks_its_default_model(make_config, overrides, expected):
+    cfg = make_config(*overrides)
+    assert (cfg.dataset.name, cfg.model.name) == expected
+
+
+def test_flat_params_use_dotted_keys(make_config):
+    flat = make_config().flat()
+    assert flat["train.optimizer.learning_rate"] == 0.001
+    assert flat["dataset.name"] == "cifar10"
+    assert not any(isinstance(v, dict) for v in flat.values())
+
+
+# A corpus of bad configs: each is refused with one line naming the key and what is allowed.
+BAD_OVERRIDES = [
+    (["dataset=mnist"], "dataset"),
+    (["model=resnet9000"], "model"),
+    (["strategy=tpu_pod"], "strategy"),
+    (["precision=fp8"], "precision"),
+    (["train.batch_size_per_replica=0"], "train.batch_size_per_replica"),
+    (["train.batch_size_per_replica=-8"], "train.batch_size_per_replica"),
+    (["train.epochs=0"], "train.epochs"),
+    (["train.epochs=abc"], "train.epochs"),
+    (["train.optimizer.name=adamax"], "train.optimizer.name"),
+    (["train.optimizer.learning_rate=0"], "train.optimizer.learning_rate"),
+    (["train.lr_schedule.name=step"], "train.lr_schedule.name"),
+    (["train.lr_schedule.warmup_epochs=99"], "train.lr_schedule.warmup_epochs"),
+    (["train.label_smoothing=1.5"], "train.label_smoothing"),
+    (["train.cache=maybe"], "train.cache"),
+    (["+train.epoch=3"], "train.epoch"),
+    (["data.source=s3"], "data.source"),
+    (["data.on_bad_file=ignore"], "data.on_bad_file"),
+    (["data.validation_fraction=1.0"], "data.validation_fraction"),
+    (["data.examples_per_shard=0"], "data.examples_per_shard"),
+    (["data.max_examples_per_split=-1"], "data.max_examples_per_split"),
+    (["dataset=imdb", "model=cnn"], "model.name"),
+    (["model=embedding_gap"], "model.name"),
+    (["model.dropout=1.0"], "model.dropout"),
+    (["model.filters=[]"], "model.filters"),
+    (["dataset.channels=2"], "dataset.channels"),
+    (["tracking.experiment_name="], "tracking.experiment_name"),
+]
+
+
+@pytest.mark.parametrize("overrides, key", BAD_OVERRIDES, ids=[" ".join(o) for o, _ in BAD_OVERRIDES])
+def test_bad_config_is_refused_with_one_line(make_config, overrides, key):
+    with pytest.raises(ConfigError) as info:
+        make_config(*overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    assert key.split(".")[0] in message
+
+
+def test_unknown_key_suggests_the_close_one():
+    with pytest.raises(ConfigError, match=r"did you mean 'train.epochs'"):
+        config.from_dict({"train": {"epochz": 3}})
+
+
+def test_params_file_with_unknown_section(tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text((ROOT / "params.yaml").read_text() + "trian:\n  epochs: 1\n")
+    with pytest.raises(ConfigError, match=r"trian: unknown config key \(did you mean 'train'\?\)"):
+        config.load_params(params)
+
+
+def test_missing_params_file(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        config.load_params(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("stage", ["prepare", "train", "evaluate"])
+def test_stage_refuses_bad_config_fast_without_traceback(stage):
+    """A bad override exits 2 with one line on stderr, before TensorFlow is even imported."""
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", f"pipeline.{stage}", "train.batch_size_per_replica=0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == [f"{stage}: error: train.batch_size_per_replica=0: must be > 0"]
+    assert "Traceback" not in proc.stderr
+    assert elapsed < 20
