@@ -1,0 +1,190 @@
+"""End to end: `dvc repro`, `dvc exp run -S` and `mlflow run .` in a temporary git repo.
+
+Each test copies the project into tmp_path, points the directory source at tiny generated
+class-per-folder data, runs the real tools in subprocesses and reads the real SQLite MLflow
+store back with MlflowClient.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT_FILES = ["conf", "pipeline", "src", "dvc.yaml", "params.yaml", "MLproject", "python_env.yaml",
+                 "requirements.lock", "pyproject.toml", ".gitignore", ".dvcignore", ".dvc/config"]
+# Shrinks the default config to seconds: a few dozen examples, small model, one epoch.
+TINY = ["experiment=smoke", "data.source=directory", "model.filters=[8,8]", "model.dense_units=16",
+        "train.batch_size_per_replica=8"]
+
+pytestmark = pytest.mark.slow
+
+
+def _run(cmd, cwd, env, timeout=600):
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return proc.stdout + proc.stderr
+
+
+def _make_project(tmp: Path, image_dir: Path, text_dir: Path) -> tuple[Path, dict]:
+    project = tmp / "project"
+    project.mkdir()
+    for name in PROJECT_FILES:
+        src, dst = ROOT / name, project / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(src, dst)
+    shutil.copytree(image_dir, project / "data" / "raw" / "cifar10")
+    shutil.copytree(text_dir, project / "data" / "raw" / "imdb")
+    (project / "data" / "raw" / ".gitkeep").touch()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DVC_"))}
+    env["PYTHONPATH"] = str(project / "src")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env["DVC_NO_ANALYTICS"] = "1"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    _run(["git", "init", "-q", "-b", "main"], project, env)
+    _run([*git, "add", "-A"], project, env)
+    _run([*git, "commit", "-qm", "init"], project, env)
+    # The tiny config, composed by DVC itself and committed, as a user would after `dvc exp run -S`.
+    from dvc.utils.hydra import compose_and_dump
+
+    compose_and_dump(project / "params.yaml", str(project / "conf"), None, "config", str(project), TINY)
+    _run([*git, "commit", "-qam", "tiny params"], project, env)
+    return project, env
+
+
+@pytest.fixture(scope="module")
+def repro_project(tmp_path_factory, image_dir, text_dir):
+    """A project where `dvc repro` has run once on the tiny config."""
+    project, env = _make_project(tmp_path_factory.mktemp("e2e"), image_dir, text_dir)
+    out = _run([sys.executable, "-m", "dvc", "repro"], project, env)
+    return project, env, out
+
+
+def _client(project: Path):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+
+
+def test_dvc_repro_produces_a_complete_mlflow_run(repro_project):
+    project, env, _ = repro_project
+    run_id = json.loads((project / "run.json").read_text())["run_id"]
+    client = _client(project)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "cifar10-cnn-one_device-float32"
+
+    params = run.data.params
+    assert params["dataset.name"] == "cifar10"
+    assert params["train.optimizer.learning_rate"] == "0.001"
+    assert params["model.filters"] in ("[8, 8]", "[8,8]")
+
+    metrics = run.data.metrics
+    for key in ("train_loss", "val_accuracy", "test_accuracy", "test_loss"):
+        assert key in metrics, sorted(metrics)
+    assert 0.0 <= metrics["test_accuracy"] <= 1.0
+    assert len(client.get_metric_history(run_id, "train_loss")) >= 2  # step metrics, not just a final value
+
+    tags = run.data.tags
+    assert tags["dataset"] == "cifar10" and tags["strategy"] == "one_device" and tags["precision"] == "float32"
+    assert tags["git.commit"] == _run(["git", "rev-parse", "HEAD"], project, env).strip()
+    assert tags["data.manifest_digest"]
+    assert any(k.startswith("dvc.lock.") for k in tags), sorted(tags)
+    for key in ("tf_version", "keras_version", "python_version", "replicas"):
+        assert key in tags, sorted(tags)
+
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"config", "metrics", "plots", "saved_model", "checkpoints"} <= artifacts, artifacts
+    plots = {a.path for a in client.list_artifacts(run_id, "plots")}
+    assert {"plots/history.csv", "plots/confusion_matrix.csv", "plots/confusion_matrix.png"} <= plots
+
+    digests = [d.dataset.digest for d in run.inputs.dataset_inputs]
+    assert tags["data.manifest_digest"][:8] in " ".join(digests) or digests, digests
+
+
+def test_logged_model_serves_raw_images(repro_project):
+    import mlflow
+
+    project, _, _ = repro_project
+    run_id = json.loads((project / "run.json").read_text())["run_id"]
+    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
+    model = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
+    images = np.random.default_rng(0).integers(0, 256, size=(3, 32, 32, 3), dtype=np.uint8)
+    predictions = np.asarray(model.predict(images))
+    assert predictions.shape[0] == 3
+    probabilities = predictions[:, :3].astype(np.float64)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-4)
+
+
+def test_stage_outputs_exist_and_agree(repro_project):
+    project, _, _ = repro_project
+    eval_metrics = json.loads((project / "metrics" / "eval.json").read_text())
+    train_metrics = json.loads((project / "metrics" / "train.json").read_text())
+    assert 0.0 <= eval_metrics["accuracy"] <= 1.0
+    assert train_metrics["steps"] > 0
+    manifest = json.loads((project / "data" / "prepared" / "cifar10" / "manifest.json").read_text())
+    assert manifest["source"]["type"] == "directory"
+    assert (project / "models" / "cifar10" / "saved_model" / "saved_model.pb").is_file()
+    header = (project / "plots" / "history.csv").read_text().splitlines()[0].split(",")
+    assert header[0] == "epoch" and "val_accuracy" in header
+    lock = yaml.safe_load((project / "dvc.lock").read_text())
+    assert set(lock["stages"]) == {"prepare", "train", "evaluate"}
+
+
+def test_second_repro_is_a_no_op(repro_project):
+    project, env, _ = repro_project
+    before = (project / "run.json").read_text()
+    out = _run([sys.executable, "-m", "dvc", "repro"], project, env)
+    assert "didn't change, skipping" in out or "up to date" in out, out
+    for stage in ("prepare", "train", "evaluate"):
+        assert f"Running stage '{stage}'" not in out, out
+    assert (project / "run.json").read_text() == before
+    assert len(_client(project).search_runs([_client(project).get_experiment_by_name("tfpipe").experiment_id])) == 1
+
+
+def test_dvc_exp_run_composes_conf_for_imdb(repro_project):
+    """`dvc exp run -S dataset=imdb` recomposes params.yaml from conf/ and runs the text pipeline."""
+    project, env, _ = repro_project
+    _run([sys.executable, "-m", "dvc", "exp", "run", *[arg for o in [*TINY, "dataset=imdb"] for arg in ("-S", o)]],
+         project, env)
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    assert params["dataset"]["name"] == "imdb" and params["model"]["name"] == "embedding_gap"
+    run_id = json.loads((project / "run.json").read_text())["run_id"]
+    run = _client(project).get_run(run_id)
+    assert run.info.run_name == "imdb-embedding_gap-one_device-float32"
+    assert "test_accuracy" in run.data.metrics
+    assert "test_roc_auc" in run.data.metrics
+
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
+    model = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
+    predictions = np.asarray(model.predict(["a wonderful, great film", "awful and boring"]))
+    assert predictions.shape[0] == 2
+
+
+def test_mlflow_run_logs_into_the_run_it_created(repro_project):
+    project, env, _ = repro_project
+    overrides = " ".join([*TINY, "train.epochs=1"])
+    out = _run([sys.executable, "-m", "mlflow", "run", ".", "--env-manager", "local", "--experiment-name", "tfpipe",
+                "-P", f"overrides={overrides}"], project, env)
+    client = _client(project)
+    experiment = client.get_experiment_by_name("tfpipe")
+    runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"])
+    newest = runs[0]
+    assert newest.info.run_id in out
+    assert newest.info.status == "FINISHED"
+    assert "test_accuracy" in newest.data.metrics and "train_loss" in newest.data.metrics
+    assert newest.data.params["data.source"] == "directory"
+    assert newest.data.tags.get("mlflow.project.entryPoint") == "main"
