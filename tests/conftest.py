@@ -22,3 +22,119 @@ def make_config():
         return config.compose(list(overrides), config_dir=ROOT / "conf")
 
     return _make
+
+
+# ----------------------------------------------------------------------------- data fixtures
+# Tiny generated class-per-folder trees (the layout of ../shared/datasets) and the same trees
+# prepared by `tfpipe.data.prepare`, shared by the whole session. Treat them as read-only.
+
+IMAGE_CLASSES = ("blue", "green", "red")  # sorted: label 0 = blue, 1 = green, 2 = red
+TEXT_CLASSES = ("neg", "pos")  # label 0 = neg, 1 = pos
+_IMAGE_SIZES = ((32, 32), (40, 28), (17, 23), (64, 48), (31, 33))  # (height, width): mostly not 32x32
+_POS_WORDS = ("wonderful", "great", "excellent", "loved", "brilliant", "superb", "moving", "delightful")
+_NEG_WORDS = ("awful", "boring", "terrible", "hated", "dull", "worst", "waste", "tedious")
+_FILLER = ("the", "film", "movie", "plot", "actors", "story", "was", "and", "a", "this", "it", "really")
+
+
+def write_image_tree(root: Path, train_per_class: int = 8, test_per_class: int = 3, seed: int = 0) -> Path:
+    """root/{train,test}/{blue,green,red}/NNNN.{png,jpg,jpeg}: noisy images whose dominant colour is the class."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    exts = ("png", "jpg", "jpeg")
+    for split, per_class in (("train", train_per_class), ("test", test_per_class)):
+        for label, name in enumerate(IMAGE_CLASSES):
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(per_class):
+                h, w = _IMAGE_SIZES[i % len(_IMAGE_SIZES)]
+                pixels = rng.integers(0, 90, size=(h, w, 3))
+                pixels[..., label] += 150  # blue, green, red -> channel 0, 1, 2 (RGB order is irrelevant here)
+                image = Image.fromarray(pixels.clip(0, 255).astype(np.uint8), "RGB")
+                ext = exts[i % len(exts)]
+                image.save(folder / f"{i:04d}.{ext}", format="PNG" if ext == "png" else "JPEG", quality=95)
+    return root
+
+
+def write_text_tree(root: Path, train_per_class: int = 20, test_per_class: int = 10, seed: int = 0) -> Path:
+    """root/{train,test}/{neg,pos}/<id>_<rating>.txt short reviews, plus aclImdb's side files to ignore."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    for split, per_class in (("train", train_per_class), ("test", test_per_class)):
+        for name in TEXT_CLASSES:
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            words = _POS_WORDS if name == "pos" else _NEG_WORDS
+            for i in range(per_class):
+                tokens = list(rng.choice(_FILLER, size=8)) + list(rng.choice(words, size=3))
+                rng.shuffle(tokens)
+                text = " ".join(tokens).capitalize() + "! <br /><br />" + str(rng.choice(words)).upper() + "."
+                rating = int(rng.integers(7, 11)) if name == "pos" else int(rng.integers(1, 5))
+                (folder / f"{i}_{rating}.txt").write_text(text, encoding="utf-8")
+        # aclImdb keeps these next to the class folders; they are not examples.
+        (root / split / "labeledBow.feat").write_text("0 0:1\n", encoding="utf-8")
+        (root / split / "urls_pos.txt").write_text("http://example.invalid/\n", encoding="utf-8")
+    (root / "README").write_text("Tiny generated reviews in the aclImdb layout.\n", encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="session")
+def image_dir(tmp_path_factory) -> Path:
+    """Path to a tiny image tree: {train,test}/{blue,green,red}/*.png|jpg|jpeg, 8 train + 3 test per class,
+    odd sizes (17x23 .. 64x48), RGB, separable by dominant colour. Read-only (copy it to modify)."""
+    return write_image_tree(tmp_path_factory.mktemp("image_dir"))
+
+
+@pytest.fixture(scope="session")
+def text_dir(tmp_path_factory) -> Path:
+    """Path to a tiny aclImdb-style tree: {train,test}/{neg,pos}/<id>_<rating>.txt, 20 train + 10 test per
+    class, separable by sentiment words (pos: wonderful, great...; neg: awful, boring...). Read-only."""
+    return write_text_tree(tmp_path_factory.mktemp("text_dir"))
+
+
+class Prepared(tuple):
+    """`(cfg, prepared_dir)`: the composed Config used and the folder `prepare` wrote."""
+
+    __slots__ = ()
+
+    def __new__(cls, cfg, prepared_dir):
+        return super().__new__(cls, (cfg, prepared_dir))
+
+    @property
+    def cfg(self):
+        return self[0]
+
+    @property
+    def prepared_dir(self) -> Path:
+        return self[1]
+
+
+DATA_OVERRIDES = ("data.source=directory", "data.examples_per_shard=8")
+
+
+def prepare_tree(source: Path, output_dir: Path, *overrides: str) -> Prepared:
+    """Compose conf/ for the directory source at `source` and run `tfpipe.data.prepare` into `output_dir`."""
+    from tfpipe import config, data
+
+    cfg = config.compose(
+        [*DATA_OVERRIDES, f"data.path={source}", f"data.output_dir={output_dir}", *overrides],
+        config_dir=ROOT / "conf",
+    )
+    data.prepare(cfg, progress=False)
+    return Prepared(cfg, Path(output_dir))
+
+
+@pytest.fixture(scope="session")
+def prepared_image(image_dir, tmp_path_factory) -> Prepared:
+    """`image_dir` prepared with the cifar10 config (32x32x3): Prepared(cfg, prepared_dir); 8 examples per shard,
+    validation carved from train (21 train / 3 validation / 9 test). Read-only."""
+    return prepare_tree(image_dir, tmp_path_factory.mktemp("prepared") / "cifar10")
+
+
+@pytest.fixture(scope="session")
+def prepared_text(text_dir, tmp_path_factory) -> Prepared:
+    """`text_dir` prepared with dataset=imdb: Prepared(cfg, prepared_dir) with vocab.txt; 8 examples per shard,
+    validation carved from train (36 train / 4 validation / 20 test). Read-only."""
+    return prepare_tree(text_dir, tmp_path_factory.mktemp("prepared") / "imdb", "dataset=imdb")

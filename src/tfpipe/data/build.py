@@ -1,0 +1,146 @@
+"""prepare (the implementation of `tfpipe.data.prepare`): a source -> `cfg.data.output_dir` (TFRecord shards,
+manifest.json, vocab.txt), atomically.
+
+Everything is written into a temporary sibling folder (`<output_dir>.tmp-<pid>`) that replaces
+`output_dir` by rename only once complete; any error (or interrupt) removes it. Examples are streamed
+from the source to the shard writers, so memory does not grow with the dataset.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from tfpipe.data import sources
+from tfpipe.data.manifest import (
+    FORMAT_VERSION,
+    SPLITS,
+    VOCAB_FILE,
+    manifest_config,
+    write_manifest,
+)
+from tfpipe.errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+def prepare(cfg, *, progress: bool = True) -> dict:
+    output_dir = Path(os.path.abspath(cfg.data.output_dir))
+    source = sources.open_source(cfg)  # cheap layout checks / builder setup happen here, before any writing
+    _remove_stale_temps(output_dir)
+    tmp = output_dir.with_name(f"{output_dir.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        manifest = _write_all(cfg, source, tmp, progress)
+        _swap_into_place(tmp, output_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool) -> dict:
+    from tqdm.auto import tqdm
+
+    from tfpipe.data.tfrecords import ShardedWriter, encode_example, feature_key
+
+    ds_cfg = cfg.dataset
+    modality = ds_cfg.modality
+    key = feature_key(modality)
+    writers = {split: ShardedWriter(tmp, split, cfg.data.examples_per_shard) for split in SPLITS}
+    bad = sources.BadFiles(cfg.data.on_bad_file, Path(os.path.abspath(cfg.data.path)))
+    bar = tqdm(total=source.planned, disable=not progress, unit="ex", desc=f"prepare {ds_cfg.name}",
+               dynamic_ncols=True)
+    try:
+        for split, value, label in source.stream(bad):
+            writers[split].write(encode_example(key, value, label))
+            bar.update(1)
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        raise
+    finally:
+        bar.close()
+    shards = {split: writer.close() for split, writer in writers.items()}
+    counts = {split: writers[split].num_examples for split in SPLITS}
+    for split in ("train", "test"):
+        if counts[split] == 0:
+            where = cfg.data.path if cfg.data.source == "directory" else f"tfds {ds_cfg.tfds_name}"
+            raise DataError(f"{where}: no usable examples in the {split} split "
+                            f"({bad.count} bad files skipped); expected at least one")
+
+    if modality == "image":
+        height, width = (int(v) for v in ds_cfg.image_size)
+        feature = {"dtype": "uint8", "shape": [height, width, int(ds_cfg.channels)], "encoding": "raw"}
+    else:
+        feature = {"dtype": "string", "shape": []}
+
+    vocab_file = vocab_size = None
+    if modality == "text":
+        from tfpipe.data.vocab import build_vocab
+
+        vocab_size = build_vocab([tmp / s["file"] for s in shards["train"]], tmp / VOCAB_FILE, ds_cfg.max_tokens)
+        vocab_file = VOCAB_FILE
+
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "dataset": ds_cfg.name,
+        "modality": modality,
+        "source": source.info,
+        "feature_spec": {key: feature, "label": {"dtype": "int64", "shape": []}},
+        "class_names": list(source.class_names),
+        "num_classes": len(source.class_names),
+        "splits": {split: {"num_examples": counts[split], "shards": shards[split]} for split in SPLITS},
+        "vocab_file": vocab_file,
+        "vocab_size": vocab_size,
+        "skipped_files": bad.summary(),
+        "config": manifest_config(cfg),
+    }
+    write_manifest(tmp, manifest)
+    if bad.count:
+        log.warning("skipped %d bad files (data.on_bad_file=skip), e.g. %s", bad.count, bad.examples[:3])
+    return manifest
+
+
+def _swap_into_place(tmp: Path, output_dir: Path) -> None:
+    """Replace output_dir by the finished temp folder; only renames, so output_dir is never half-written."""
+    old = None
+    if output_dir.exists() or output_dir.is_symlink():
+        old = output_dir.with_name(f"{output_dir.name}.old-{os.getpid()}")
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(output_dir, old)
+    os.replace(tmp, output_dir)
+    if old is not None:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink()
+
+
+def _remove_stale_temps(output_dir: Path) -> None:
+    """Temp/old siblings left by a killed prepare (its pid is gone)."""
+    parent = output_dir.parent
+    if not parent.is_dir():
+        return
+    for marker in (".tmp-", ".old-"):
+        for path in parent.glob(f"{output_dir.name}{marker}*"):
+            pid = path.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True

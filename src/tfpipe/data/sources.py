@@ -1,0 +1,426 @@
+"""Where examples come from: a class-per-folder directory tree, or a TFDS builder.
+
+Both yield `(split, value, label)` triples, `value` being the bytes stored in the Example (raw uint8
+pixels at the configured size, or the raw UTF-8 text). Splits are always named train/validation/test.
+
+The directory source lists files itself (sorted, deterministic) instead of using
+`keras.utils.image_dataset_from_directory` / `tfds.folder_dataset`: those readers fail on the first
+bad file without naming it (or silently drop it), and a bad file must be reported by its path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import socket
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+from urllib.parse import urlparse
+from urllib.request import getproxies
+
+from tfpipe.errors import DataError
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+TEXT_EXTENSIONS = (".txt",)
+IGNORED_CLASS_FOLDERS = frozenset({"unsup"})  # aclImdb's unlabelled reviews
+MAX_SKIPPED_EXAMPLES = 20
+REACHABILITY_TIMEOUT = 3.0
+# Where TFDS fetches each builder's source files; anything else is checked against the TFDS GCS bucket.
+TFDS_DOWNLOAD_HOSTS = {
+    "cifar10": ("www.cs.toronto.edu", 443),
+    "cifar100": ("www.cs.toronto.edu", 443),
+    "imdb_reviews": ("ai.stanford.edu", 80),
+}
+TFDS_DEFAULT_HOST = ("storage.googleapis.com", 443)
+
+Triple = tuple  # (split: str, value: bytes, label: int)
+
+
+@dataclass
+class Source:
+    """An opened source: what the manifest needs, and the examples as a stream."""
+
+    class_names: list
+    info: dict  # manifest "source": {"type", "path", "tfds_name", "version"}
+    planned: Optional[int]  # examples the stream will yield at most (progress bar total), None if unknown
+    stream: Callable[["BadFiles"], Iterator[Triple]]
+
+
+@dataclass
+class BadFiles:
+    """Applies `data.on_bad_file`: 'fail' raises DataError naming the file; 'skip' counts it."""
+
+    policy: str
+    root: Path
+    count: int = 0
+    examples: list = field(default_factory=list)
+
+    def report(self, path: Path, reason: str) -> None:
+        if self.policy == "fail":
+            raise DataError(f"{path}: {reason}; fix or remove the file, or set data.on_bad_file=skip")
+        self.count += 1
+        if len(self.examples) < MAX_SKIPPED_EXAMPLES:
+            try:
+                self.examples.append(Path(path).relative_to(self.root).as_posix())
+            except ValueError:
+                self.examples.append(str(path))
+
+    def summary(self) -> dict:
+        return {"count": self.count, "examples": list(self.examples)}
+
+
+def stable_fraction(seed: int, key: str) -> float:
+    """A uniform number in [0, 1) from (seed, key): the same on every machine and Python run."""
+    digest = hashlib.sha256(f"{seed}:{key}".encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+# ----------------------------------------------------------------------------- directory
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    key: str  # path relative to the split folder, posix: the carve/selection key
+    path: Path
+    label: int
+
+
+def _layout_hint(cfg) -> str:
+    d = cfg.data
+    exts = "|".join(f"*{e}" for e in _extensions(cfg))
+    splits = ", ".join(s for s in (d.train_split, d.validation_split, d.test_split) if s)
+    return f"expected one folder per split ({splits}), each holding one folder per class with {exts} files"
+
+
+def _extensions(cfg) -> tuple:
+    return IMAGE_EXTENSIONS if cfg.dataset.modality == "image" else TEXT_EXTENSIONS
+
+
+def _class_folders(split_dir: Path) -> list:
+    return sorted(
+        p.name for p in split_dir.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and p.name not in IGNORED_CLASS_FOLDERS
+    )
+
+
+def _list_class(class_dir: Path, extensions: tuple) -> list:
+    """Files of one class folder (recursively), sorted by relative path; hidden files and folders ignored."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(class_dir, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in filenames:
+            if not name.startswith(".") and name.lower().endswith(extensions):
+                found.append(Path(dirpath) / name)
+    return sorted(found, key=lambda p: p.relative_to(class_dir).as_posix())
+
+
+def scan_directory(cfg) -> tuple:
+    """Cheap layout checks, then the file lists: (class_names, {source split name: [FileEntry]}).
+
+    Raises DataError (one line naming the path and what is expected) before any file is decoded.
+    """
+    d = cfg.data
+    root = Path(d.path)
+    hint = _layout_hint(cfg)
+    if not root.exists():
+        raise DataError(f"{root}: data directory not found; {hint}")
+    if not root.is_dir():
+        raise DataError(f"{root}: not a directory; {hint}")
+    if not any(root.iterdir()):
+        raise DataError(f"{root}: data directory is empty; {hint}")
+    extensions = _extensions(cfg)
+    wanted = [("train", d.train_split), ("test", d.test_split)]
+    if d.validation_split:
+        wanted.insert(1, ("validation", d.validation_split))
+    for _, name in wanted:
+        if not (root / name).is_dir():
+            raise DataError(f"{root / name}: split folder not found; {hint}")
+
+    train_dir = root / d.train_split
+    class_names = _class_folders(train_dir)
+    if not class_names:
+        raise DataError(f"{train_dir}: no class folders; expected one folder per class with "
+                        f"{'|'.join('*' + e for e in extensions)} files")
+    if len(class_names) < 2:
+        raise DataError(f"{train_dir}: only one class folder ({class_names[0]}); expected at least two classes")
+    files = {}
+    for split, name in wanted:
+        split_dir = root / name
+        present = _class_folders(split_dir)
+        if present != class_names:
+            missing = sorted(set(class_names) - set(present))
+            extra = sorted(set(present) - set(class_names))
+            detail = "; ".join(
+                part for part in (f"missing {', '.join(missing)}" if missing else "",
+                                  f"unexpected {', '.join(extra)}" if extra else "") if part
+            )
+            raise DataError(f"{split_dir}: class folders do not match the train split's ({detail}); "
+                            f"expected {', '.join(class_names)}")
+        entries = []
+        for label, class_name in enumerate(class_names):
+            class_dir = split_dir / class_name
+            listed = _list_class(class_dir, extensions)
+            if not listed:
+                raise DataError(f"{class_dir}: empty class folder; expected "
+                                f"{'|'.join('*' + e for e in extensions)} files")
+            entries.extend(FileEntry(p.relative_to(split_dir).as_posix(), p, label) for p in listed)
+        files[split] = entries
+    return class_names, files
+
+
+def carve_validation(entries: list, fraction: float, seed: int) -> tuple:
+    """(train, validation): per class, the round(fraction * n) files (at least 1 when the class has 2+)
+    with the smallest stable hash of (seed, relative path). Deterministic and independent of listing order."""
+    by_class: dict = {}
+    for e in entries:
+        by_class.setdefault(e.label, []).append(e)
+    train, validation = [], []
+    for label in sorted(by_class):
+        group = sorted(by_class[label], key=lambda e: (stable_fraction(seed, e.key), e.key))
+        k = max(1, round(fraction * len(group))) if len(group) >= 2 else 0
+        validation.extend(group[:k])
+        train.extend(group[k:])
+    return train, validation
+
+
+def select_and_order(entries: list, split: str, max_examples: Optional[int], seed: int) -> list:
+    """At most `max_examples` entries, class-balanced (round robin over per-class seeded shuffles), in a
+    seeded shuffled order (so shards are not sorted by class). Only the file list is held in memory."""
+    rng = random.Random(f"{seed}:{split}")
+    if max_examples is not None and len(entries) > max_examples:
+        by_class: dict = {}
+        for e in entries:
+            by_class.setdefault(e.label, []).append(e)
+        queues = []
+        for label in sorted(by_class):
+            group = list(by_class[label])
+            rng.shuffle(group)
+            queues.append(group)
+        chosen, i = [], 0
+        while len(chosen) < max_examples:
+            for q in queues:
+                if i < len(q) and len(chosen) < max_examples:
+                    chosen.append(q[i])
+            i += 1
+        entries = chosen
+    ordered = list(entries)
+    rng.shuffle(ordered)
+    return ordered
+
+
+def decode_image_file(path: Path, size: list, channels: int) -> bytes:
+    """Raw uint8 HxWxC pixels; raises on an unreadable/corrupt/truncated image."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.load()  # decodes fully: a truncated or corrupt file raises here
+        mode = "RGB" if channels == 3 else "L"
+        if image.mode != mode:
+            image = image.convert(mode)
+        height, width = int(size[0]), int(size[1])
+        if image.size != (width, height):
+            image = image.resize((width, height), Image.Resampling.BILINEAR)
+        return image.tobytes()
+
+
+def decode_text_file(path: Path) -> bytes:
+    """The file's bytes, after checking they are valid UTF-8 (raises UnicodeDecodeError otherwise)."""
+    raw = path.read_bytes()
+    raw.decode("utf-8")
+    return raw
+
+
+def open_directory(cfg) -> Source:
+    d = cfg.data
+    class_names, files = scan_directory(cfg)
+    if d.validation_split:
+        train, validation = files["train"], files["validation"]
+    else:
+        train, validation = carve_validation(files["train"], d.validation_fraction, d.seed)
+    plan = {
+        "train": select_and_order(train, "train", d.max_examples_per_split, d.seed),
+        "validation": select_and_order(validation, "validation", d.max_examples_per_split, d.seed),
+        "test": select_and_order(files["test"], "test", d.max_examples_per_split, d.seed),
+    }
+    if cfg.dataset.modality == "image":
+        size, channels = cfg.dataset.image_size, cfg.dataset.channels
+        what = "unreadable or corrupt image"
+
+        def decode(path):
+            return decode_image_file(path, size, channels)
+    else:
+        what = "not a UTF-8 text file"
+        decode = decode_text_file
+
+    def stream(bad: BadFiles) -> Iterator[Triple]:
+        for split in ("train", "validation", "test"):
+            for entry in plan[split]:
+                try:
+                    value = decode(entry.path)
+                except Exception as exc:  # noqa: BLE001 - any decoder failure is this file's fault
+                    bad.report(entry.path, f"{what} ({_short(exc)})")
+                    continue
+                yield split, value, entry.label
+
+    from tfpipe.data.manifest import portable_path
+
+    info = {"type": "directory", "path": portable_path(d.path), "tfds_name": None, "version": None}
+    return Source(class_names, info, sum(len(v) for v in plan.values()), stream)
+
+
+# ----------------------------------------------------------------------------- tfds
+
+
+def _download_is_patched(builder) -> bool:
+    """True under `tfds.testing.mock_data` (or any other patch of download_and_prepare): nothing is fetched."""
+    fn = getattr(type(builder), "download_and_prepare", None)
+    module = getattr(fn, "__module__", "") or ""
+    return not module.startswith("tensorflow_datasets.") or module.startswith("tensorflow_datasets.testing")
+
+
+def _probe_target(tfds_name: str) -> tuple:
+    proxy = getproxies().get("https") or getproxies().get("http")
+    if proxy:
+        parsed = urlparse(proxy if "://" in proxy else f"http://{proxy}")
+        if parsed.hostname:
+            return parsed.hostname, parsed.port or 80
+    return TFDS_DOWNLOAD_HOSTS.get(tfds_name, TFDS_DEFAULT_HOST)
+
+
+def is_reachable(host: str, port: int, timeout: float = REACHABILITY_TIMEOUT) -> bool:
+    """A TCP connect within `timeout` seconds (DNS included: it runs in a thread that is not waited for)."""
+    result = []
+
+    def attempt():
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                result.append(True)
+        except OSError:
+            result.append(False)
+
+    thread = threading.Thread(target=attempt, name="tfpipe-reachability", daemon=True)
+    thread.start()
+    thread.join(timeout + 0.5)
+    return bool(result) and result[0]
+
+
+def _offline_message(cfg, builder_dir: str, host: str) -> str:
+    return (
+        f"tfds dataset {cfg.dataset.tfds_name!r} is not prepared in {builder_dir} and {host} is unreachable "
+        f"(no network); use a local copy instead: data.source=directory data.path=<folder with "
+        f"{cfg.data.train_split}/ and {cfg.data.test_split}/ class folders> (e.g. data.path={cfg.data.path}), "
+        f"or point data.tfds_data_dir at a prepared TFDS data_dir"
+    )
+
+
+def open_tfds(cfg) -> Source:
+    d, ds_cfg = cfg.data, cfg.dataset
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    try:
+        builder = tfds.builder(ds_cfg.tfds_name, data_dir=d.tfds_data_dir)
+    except Exception as exc:  # noqa: BLE001 - unknown name, bad data_dir...
+        raise DataError(f"tfds builder {ds_cfg.tfds_name!r}: {_short(exc)} (dataset.tfds_name)") from None
+    if not builder.is_prepared() and not _download_is_patched(builder):
+        host, port = _probe_target(ds_cfg.tfds_name)
+        if not is_reachable(host, port):
+            raise DataError(_offline_message(cfg, str(builder.data_dir), host))
+    try:
+        builder.download_and_prepare()
+    except Exception as exc:  # noqa: BLE001
+        raise DataError(f"tfds {ds_cfg.tfds_name!r}: download_and_prepare failed ({_short(exc)}); "
+                        f"data.source=directory data.path=<local copy> avoids the download") from None
+
+    key = "image" if ds_cfg.modality == "image" else "text"
+    features = builder.info.features
+    if key not in features or "label" not in features:
+        raise DataError(f"tfds {ds_cfg.tfds_name!r}: features {sorted(features.keys())} lack {key!r}/'label' "
+                        f"needed for dataset.modality={ds_cfg.modality}")
+    class_names = list(features["label"].names)
+    known_splits = dict(builder.info.splits) if builder.info.splits else {}
+
+    def source_split(name):
+        base = name.split("[")[0]
+        if known_splits and base not in known_splits:
+            raise DataError(f"tfds {ds_cfg.tfds_name!r}: no split {name!r}; available: {', '.join(known_splits)}")
+        return name
+
+    reads = [("train", source_split(d.train_split))]
+    if d.validation_split:
+        reads.append(("validation", source_split(d.validation_split)))
+    reads.append(("test", source_split(d.test_split)))
+
+    cap = d.max_examples_per_split
+    planned = 0
+    for out, name in reads:
+        n = known_splits[name].num_examples if name in known_splits else None
+        if n is None:
+            planned = None
+            break
+        planned += n if cap is None else min(n, cap * (2 if (out == "train" and not d.validation_split) else 1))
+
+    if ds_cfg.modality == "image":
+        height, width = (int(v) for v in ds_cfg.image_size)
+        channels = int(ds_cfg.channels)
+
+        def to_value(example):
+            image = example["image"]
+            if image.shape.rank == 2:
+                image = image[..., tf.newaxis]
+            if image.shape[-1] != channels:
+                image = tf.image.grayscale_to_rgb(image) if channels == 3 else tf.image.rgb_to_grayscale(image)
+            if image.shape[0] != height or image.shape[1] != width:
+                image = tf.image.resize(image, [height, width], antialias=True)
+                image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
+            return tf.ensure_shape(image, [height, width, channels]), example["label"]
+
+        def to_bytes(value):
+            return value.tobytes()
+    else:
+
+        def to_value(example):
+            return example["text"], example["label"]
+
+        def to_bytes(value):
+            return bytes(value)
+
+    carve = not d.validation_split
+    fraction, seed = d.validation_fraction, d.seed
+
+    def stream(bad: BadFiles) -> Iterator[Triple]:
+        del bad  # TFDS examples were validated when TFDS prepared them
+        for out, name in reads:
+            ds = builder.as_dataset(split=name, shuffle_files=False)
+            ds = ds.map(to_value, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            ds = ds.prefetch(tf.data.AUTOTUNE)
+            counts = {"train": 0, "validation": 0, "test": 0}
+            routes = ("train", "validation") if (out == "train" and carve) else (out,)
+            for index, (value, label) in enumerate(ds.as_numpy_iterator()):
+                target = out
+                if out == "train" and carve and stable_fraction(seed, f"{name}:{index}") < fraction:
+                    target = "validation"
+                if cap is not None:
+                    if counts[target] >= cap:
+                        if all(counts[r] >= cap for r in routes):
+                            break
+                        continue
+                counts[target] += 1
+                yield target, to_bytes(value), int(label)
+
+    info = {"type": "tfds", "path": None, "tfds_name": ds_cfg.tfds_name, "version": str(builder.version)}
+    return Source(class_names, info, planned, stream)
+
+
+def open_source(cfg) -> Source:
+    if cfg.data.source == "directory":
+        return open_directory(cfg)
+    return open_tfds(cfg)
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(part.strip() for part in str(exc).splitlines() if part.strip()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -1,0 +1,104 @@
+"""make_dataset: shapes, dtypes, determinism, and per-input-pipeline sharding."""
+
+from __future__ import annotations
+
+import pytest
+import tensorflow as tf
+
+from tfpipe import data
+from tfpipe.data import DataError
+
+
+def _labels_and_keys(ds):
+    """Per example: (label, a key identifying the example's content)."""
+    out = []
+    for x, y in ds:
+        for feature, label in zip(x.numpy(), y.numpy()):
+            key = feature if isinstance(feature, bytes) else feature.tobytes()
+            out.append((int(label), key))
+    return out
+
+
+def test_training_batches_have_static_shapes_and_dtypes(prepared_image):
+    _, prepared_dir = prepared_image
+    ds = data.make_dataset(prepared_dir, "train", batch_size=4, training=True, seed=0)
+    images_spec, labels_spec = ds.element_spec
+    assert images_spec.shape.as_list() == [4, 32, 32, 3] and images_spec.dtype == tf.uint8
+    assert labels_spec.shape.as_list() == [4] and labels_spec.dtype == tf.int64
+    batches = list(ds)
+    assert len(batches) == 21 // 4  # drop_remainder when training
+    assert all(x.shape == (4, 32, 32, 3) for x, _ in batches)
+
+
+def test_evaluation_reads_every_example_once_in_order(prepared_image):
+    _, prepared_dir = prepared_image
+    manifest = data.load_manifest(prepared_dir)
+    ds = data.make_dataset(prepared_dir, "test", batch_size=4, training=False, seed=0)
+    images_spec, _ = ds.element_spec
+    assert images_spec.shape.as_list() == [None, 32, 32, 3]
+    first = _labels_and_keys(ds)
+    assert len(first) == manifest["splits"]["test"]["num_examples"] == 9  # the last batch is kept
+    assert _labels_and_keys(ds) == first  # no shuffling when not training
+    assert _labels_and_keys(data.make_dataset(prepared_dir, "test", batch_size=2, training=False, seed=5,
+                                              cache=False)) == first
+
+
+def test_text_batches_are_strings(prepared_text):
+    _, prepared_dir = prepared_text
+    ds = data.make_dataset(prepared_dir, "validation", batch_size=3, training=False, seed=0)
+    texts_spec, labels_spec = ds.element_spec
+    assert texts_spec.dtype == tf.string and texts_spec.shape.as_list() == [None]
+    assert labels_spec.dtype == tf.int64
+    texts, labels = next(iter(ds))
+    assert texts.shape == (3,) and all(t.decode("utf-8") for t in texts.numpy())
+    assert set(labels.numpy().tolist()) <= {0, 1}
+
+
+def test_shuffle_is_seeded_and_reshuffles_each_epoch(prepared_text):
+    _, prepared_dir = prepared_text
+
+    def epochs(seed, n=2):
+        ds = data.make_dataset(prepared_dir, "train", batch_size=1, training=True, seed=seed, shuffle_buffer=100)
+        return [_labels_and_keys(ds) for _ in range(n)]
+
+    a1, a2 = epochs(7)
+    b1, b2 = epochs(7)
+    c1, _ = epochs(8)
+    assert (a1, a2) == (b1, b2)  # same seed: same orders, epoch by epoch
+    assert a1 != a2  # a new order each epoch
+    assert sorted(a1) == sorted(a2)  # of the same examples
+    assert a1 != c1
+    unshuffled = _labels_and_keys(data.make_dataset(prepared_dir, "train", batch_size=1, training=False, seed=7))
+    assert sorted(unshuffled) == sorted(a1) and unshuffled != a1
+
+
+@pytest.mark.parametrize("split, by_file", [("train", True), ("validation", False)])
+def test_input_context_shards_across_pipelines(prepared_text, split, by_file):
+    _, prepared_dir = prepared_text
+    manifest = data.load_manifest(prepared_dir)
+    assert (len(manifest["splits"][split]["shards"]) >= 2) == by_file  # 5 train shards, 1 validation shard
+    everything = _labels_and_keys(data.make_dataset(prepared_dir, split, batch_size=8, training=False, seed=0))
+    parts = []
+    for pipeline_id in range(2):
+        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline_id,
+                                         num_replicas_in_sync=2)
+        ds = data.make_dataset(prepared_dir, split, batch_size=4, training=False, seed=0, input_context=ctx)
+        sizes = [int(y.shape[0]) for _, y in ds]
+        assert max(sizes) == 2  # the global batch of 4 split over 2 replicas
+        parts.append(_labels_and_keys(ds))
+    assert parts[0] and parts[1]
+    assert not set(parts[0]) & set(parts[1])
+    assert sorted(parts[0] + parts[1]) == sorted(everything)
+
+    ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=0, num_replicas_in_sync=2)
+    ds = data.make_dataset(prepared_dir, split, batch_size=4, training=True, seed=0, input_context=ctx)
+    assert ds.element_spec[1].shape.as_list() == [2]
+
+
+def test_unknown_split_and_bad_batch_size(prepared_image):
+    _, prepared_dir = prepared_image
+    with pytest.raises(DataError, match="no split 'dev'"):
+        data.make_dataset(prepared_dir, "dev", batch_size=4, training=False, seed=0)
+    with pytest.raises(DataError, match="batch_size"):
+        data.make_dataset(prepared_dir, "test", batch_size=0, training=False, seed=0)
+
