@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import shutil
 from pathlib import Path
 
@@ -53,8 +54,9 @@ def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool) -> dict:
     key = feature_key(modality)
     writers = {split: ShardedWriter(tmp, split, cfg.data.examples_per_shard) for split in SPLITS}
     bad = sources.BadFiles(cfg.data.on_bad_file, Path(os.path.abspath(cfg.data.path)))
+    # Redraw often on a terminal, every 10 s in a log file (DVC and CI capture stderr).
     bar = tqdm(total=source.planned, disable=not progress, unit="ex", desc=f"prepare {ds_cfg.name}",
-               dynamic_ncols=True)
+               dynamic_ncols=True, mininterval=0.1 if sys.stderr.isatty() else 10.0)
     try:
         for split, value, label in source.stream(bad):
             writers[split].write(encode_example(key, value, label))

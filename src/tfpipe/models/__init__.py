@@ -1,0 +1,40 @@
+"""Keras model builders (image, text) and the SavedModel export on raw inputs.
+
+Every model ends in a float32 softmax over `num_classes` (IMDb too: 2 classes), so losses,
+metrics and the serving output are uniform across datasets and precision policies.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional
+
+import keras
+
+from tfpipe.models.export import export_saved_model, load_class_names
+from tfpipe.models.image import build_cnn
+from tfpipe.models.text import NUM_SPECIAL_TOKENS, build_embedding_gap, make_text_vectorizer
+
+__all__ = [
+    "MODEL_BUILDERS",
+    "NUM_SPECIAL_TOKENS",
+    "build_model",
+    "export_saved_model",
+    "load_class_names",
+    "make_text_vectorizer",
+]
+
+MODEL_BUILDERS: Dict[str, Callable[..., keras.Model]] = {
+    "cnn": lambda cfg, num_classes, vocab_size: build_cnn(cfg, num_classes),
+    "embedding_gap": lambda cfg, num_classes, vocab_size: build_embedding_gap(cfg, num_classes, vocab_size),
+}
+
+
+def build_model(cfg, num_classes: int, vocab_size: Optional[int] = None) -> keras.Model:
+    """cfg.model.name -> a keras.Model on the training input (uint8 images / int token ids),
+    built under the current dtype policy and (if any) the current strategy scope."""
+    builder = MODEL_BUILDERS.get(cfg.model.name)
+    if builder is None:
+        raise ValueError(f"model.name={cfg.model.name!r}: unknown model; valid names: {', '.join(MODEL_BUILDERS)}")
+    if num_classes < 2:
+        raise ValueError(f"num_classes={num_classes!r}: need at least 2 classes")
+    return builder(cfg, int(num_classes), vocab_size)

@@ -1,0 +1,541 @@
+"""One custom training loop for every tf.distribute strategy.
+
+`train(cfg, prepared_dir=..., output_dir=...)` seeds, applies the precision policy, builds the
+strategy, the input pipelines (`tfpipe.data.make_dataset` through
+`strategy.distribute_datasets_from_function`), the model and optimizer under `strategy.scope()`,
+then runs `Trainer`: a train step and an eval step, each a `tf.function` built once around
+`strategy.run`, with the loss averaged over the GLOBAL batch (`tf.nn.compute_average_loss`), so
+gradients summed across replicas by the optimizer are correct under any number of replicas.
+Metrics are Keras metrics created under the scope (sync-on-read sums) and are only pulled to
+Python every `log_every_steps` steps and at epoch ends.
+
+Checkpoints (`tf.train.Checkpoint` of model, optimizer, step, epoch, step-in-epoch) are written
+every `checkpoint_every_steps` steps and at every epoch end; a later call with the same
+`output_dir` resumes from the latest one: finished epochs are not rerun, and a run interrupted
+mid-epoch skips the batches of that epoch it had already trained on (the shuffle order of the
+resumed epoch is a fresh one, so an interrupted run is close to, not bit-identical with, an
+uninterrupted one). Epoch history is kept in `checkpoints/history.json` so it survives resumes.
+
+Training never imports mlflow: metrics go to an optional `MetricsSink`.
+
+Extending to other strategies (Mirrored, MultiWorkerMirrored, ParameterServer +
+ClusterCoordinator): the strategy comes from `tfpipe.distribute.build_strategy`; datasets are
+already per-input-pipeline functions of an `InputContext`; the replica step functions
+(`Trainer._replica_train_step` / `_replica_eval_step`) are strategy-agnostic. A coordinator-based
+loop only needs another `run_train_epoch` (schedule `train_step` on per-worker iterators).
+Non-chief workers already save checkpoints and the export into a scratch folder (`_is_chief`),
+as multi-worker saving requires every worker to take part.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Protocol, runtime_checkable
+
+import keras
+import tensorflow as tf
+
+from tfpipe import distribute, precision
+from tfpipe.errors import DataError, UserError
+from tfpipe.models import build_model, export_saved_model, make_text_vectorizer
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+SAVED_MODEL = "saved_model"
+HISTORY_FILE = "history.json"
+
+STEP_METRICS = ("train_loss", "train_accuracy", "learning_rate", "examples_per_sec")
+EPOCH_METRICS = (
+    "epoch_train_loss",
+    "epoch_train_accuracy",
+    "val_loss",
+    "val_accuracy",
+    "epoch_seconds",
+    "epoch_examples_per_sec",
+)
+
+
+@runtime_checkable
+class MetricsSink(Protocol):
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+
+
+@dataclass
+class TrainResult:
+    history: List[dict]  # one dict per finished epoch (all runs of this output_dir), with 'epoch' (0-based)
+    final_metrics: Dict[str, float]  # train_loss, train_accuracy, val_loss, val_accuracy of the last epoch
+    saved_model_dir: Path
+    checkpoint_dir: Path
+    strategy: Dict[str, Any]  # distribute.describe_strategy()
+    num_params: int
+    global_batch_size: int
+    steps: int  # optimizer steps done in total (including earlier runs that were resumed)
+    train_seconds: float  # wall time of the epochs run by this call (training + validation)
+    precision: str = "float32"
+    epochs_run: int = 0  # epochs trained by this call
+    initial_epoch: int = 0  # epoch this call started at (> 0 when resumed)
+    resumed: bool = False
+
+
+# ----------------------------------------------------------------------------- building blocks
+
+
+class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up from ~0 to `peak` over `warmup_steps`, then constant or cosine decay to 0
+    at `total_steps`."""
+
+    def __init__(self, peak: float, total_steps: int, warmup_steps: int = 0, decay: str = "constant"):
+        if decay not in ("constant", "cosine"):
+            raise ValueError(f"decay={decay!r}: expected 'constant' or 'cosine'")
+        self.peak = float(peak)
+        self.total_steps = int(max(total_steps, 1))
+        self.warmup_steps = int(max(warmup_steps, 0))
+        self.decay = decay
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        peak = tf.constant(self.peak, tf.float32)
+        if self.decay == "cosine":
+            span = float(max(self.total_steps - self.warmup_steps, 1))
+            progress = tf.clip_by_value((step - self.warmup_steps) / span, 0.0, 1.0)
+            after = peak * 0.5 * (1.0 + tf.cos(math.pi * progress))
+        else:
+            after = peak
+        if self.warmup_steps == 0:
+            return after
+        warm = peak * (step + 1.0) / float(self.warmup_steps)
+        return tf.where(step < self.warmup_steps, warm, after)
+
+    def get_config(self):
+        return {
+            "peak": self.peak,
+            "total_steps": self.total_steps,
+            "warmup_steps": self.warmup_steps,
+            "decay": self.decay,
+        }
+
+
+def make_lr_schedule(train_cfg, steps_per_epoch: int) -> WarmupSchedule:
+    total = max(int(steps_per_epoch) * int(train_cfg.epochs), 1)
+    warmup = int(round(train_cfg.lr_schedule.warmup_epochs * steps_per_epoch))
+    return WarmupSchedule(train_cfg.optimizer.learning_rate, total, min(warmup, total), train_cfg.lr_schedule.name)
+
+
+def make_optimizer(train_cfg, learning_rate, policy: str = "float32") -> keras.optimizers.Optimizer:
+    """adam | adamw | sgd(momentum), decoupled weight decay when > 0; wrapped in a
+    LossScaleOptimizer for mixed_float16. Create it under strategy.scope()."""
+    opt = train_cfg.optimizer
+    wd = opt.weight_decay or None
+    if opt.name == "adam":
+        optimizer = keras.optimizers.Adam(learning_rate=learning_rate, weight_decay=wd)
+    elif opt.name == "adamw":
+        optimizer = keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=opt.weight_decay)
+    elif opt.name == "sgd":
+        optimizer = keras.optimizers.SGD(learning_rate=learning_rate, momentum=opt.momentum, weight_decay=wd)
+    else:
+        raise ValueError(f"train.optimizer.name={opt.name!r}: valid names: adam, adamw, sgd")
+    if precision.needs_loss_scaling(policy):
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def _is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this task writes checkpoints/exports to the real output dir (always, locally)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None) if resolver is not None else None
+    if task_type in (None, "chief"):
+        return True
+    if task_type == "worker":
+        jobs = resolver.cluster_spec().jobs
+        return "chief" not in jobs and resolver.task_id == 0
+    return False
+
+
+@dataclass
+class _Inputs:
+    """What the input pipeline and the model need from the manifest."""
+
+    modality: str
+    num_classes: int
+    class_names: List[str]
+    num_train_examples: int
+    image_shape: Optional[List[int]] = None
+    vocab_tokens: Optional[List[str]] = None
+    sequence_length: Optional[int] = None
+
+    @property
+    def vocab_size(self) -> Optional[int]:
+        return None if self.vocab_tokens is None else len(self.vocab_tokens)
+
+    def vectorizer(self):
+        return make_text_vectorizer(self.vocab_tokens, self.sequence_length)
+
+
+def _read_inputs(cfg, manifest: dict, prepared_dir: Path) -> _Inputs:
+    modality = manifest.get("modality", cfg.dataset.modality)
+    if modality != cfg.dataset.modality:
+        raise DataError(
+            f"{prepared_dir}: prepared data is {modality!r} but dataset {cfg.dataset.name!r} is "
+            f"{cfg.dataset.modality!r}; run prepare for this dataset"
+        )
+    inputs = _Inputs(
+        modality=modality,
+        num_classes=int(manifest["num_classes"]),
+        class_names=[str(c) for c in manifest["class_names"]],
+        num_train_examples=int(manifest["splits"]["train"]["num_examples"]),
+    )
+    if modality == "image":
+        shape = [int(d) for d in manifest["feature_spec"]["image"]["shape"]]
+        wanted = [*cfg.dataset.image_size, cfg.dataset.channels]
+        if shape != wanted:
+            raise DataError(
+                f"{prepared_dir}: prepared images are {shape} but the config wants {wanted} "
+                f"(dataset.image_size, dataset.channels); run prepare again"
+            )
+        inputs.image_shape = shape
+    else:
+        from tfpipe import data
+
+        inputs.vocab_tokens = list(data.read_vocab(prepared_dir))
+        if not inputs.vocab_tokens:
+            raise DataError(f"{prepared_dir}: empty vocabulary; run prepare again")
+        inputs.sequence_length = int(cfg.dataset.sequence_length)
+    return inputs
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
+
+
+class Trainer:
+    """Model, optimizer, metrics, checkpoint and the compiled step functions for one strategy.
+
+    Steps take elements of a distributed dataset of (model input, int labels) per-replica batches
+    (`strategy.distribute_datasets_from_function`); `build_steps` compiles them once per spec.
+    """
+
+    def __init__(self, cfg, strategy: tf.distribute.Strategy, inputs: _Inputs, *, policy: str,
+                 steps_per_epoch: int):
+        self.cfg = cfg
+        self.strategy = strategy
+        self.inputs = inputs
+        self.policy = policy
+        self.num_classes = inputs.num_classes
+        self.global_batch_size = cfg.train.batch_size_per_replica * strategy.num_replicas_in_sync
+        self.steps_per_epoch = steps_per_epoch
+        with strategy.scope():
+            self.model = build_model(cfg, inputs.num_classes, vocab_size=inputs.vocab_size)
+            self.optimizer = make_optimizer(cfg.train, make_lr_schedule(cfg.train, steps_per_epoch), policy)
+            # Build now: the checkpoint then restores into existing slots, and LossScaleOptimizer's
+            # scale_loss reads its dynamic variable (not the initial constant) inside the step.
+            self.optimizer.build(self.model.trainable_variables)
+            self.loss_fn = keras.losses.CategoricalCrossentropy(
+                label_smoothing=cfg.train.label_smoothing, reduction=None
+            )
+            self.epoch_loss = keras.metrics.Mean(name="epoch_loss")
+            self.epoch_acc = keras.metrics.SparseCategoricalAccuracy(name="epoch_accuracy")
+            self.window_loss = keras.metrics.Mean(name="window_loss")
+            self.window_acc = keras.metrics.SparseCategoricalAccuracy(name="window_accuracy")
+            self.val_loss = keras.metrics.Mean(name="val_loss")
+            self.val_acc = keras.metrics.SparseCategoricalAccuracy(name="val_accuracy")
+            agg = tf.VariableAggregation.ONLY_FIRST_REPLICA
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=agg, name="step")
+            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=agg, name="epoch")
+            self.epoch_step = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=agg, name="epoch_step")
+        self.checkpoint = tf.train.Checkpoint(
+            model=self.model, optimizer=self.optimizer, step=self.step, epoch=self.epoch, epoch_step=self.epoch_step
+        )
+        self._train_step = None
+        self._eval_step = None
+
+    # -- per-replica computations (strategy-agnostic)
+
+    def _per_example_loss(self, labels, probabilities):
+        one_hot = tf.one_hot(tf.cast(labels, tf.int32), self.num_classes, dtype=tf.float32)
+        return self.loss_fn(one_hot, tf.cast(probabilities, tf.float32))
+
+    def _replica_train_step(self, features, labels):
+        with tf.GradientTape() as tape:
+            probabilities = self.model(features, training=True)
+            per_example = self._per_example_loss(labels, probabilities)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=self.global_batch_size)
+            if self.model.losses:
+                loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
+            scaled = self.optimizer.scale_loss(loss) if precision.needs_loss_scaling(self.policy) else loss
+        variables = self.model.trainable_variables
+        grads = tape.gradient(scaled, variables)
+        self.optimizer.apply(grads, variables)  # all-reduces (sums) gradients across replicas
+        for metric in (self.epoch_loss, self.window_loss):
+            metric.update_state(per_example)
+        for metric in (self.epoch_acc, self.window_acc):
+            metric.update_state(labels, probabilities)
+
+    def _replica_eval_step(self, features, labels):
+        probabilities = self.model(features, training=False)
+        self.val_loss.update_state(self._per_example_loss(labels, probabilities))
+        self.val_acc.update_state(labels, probabilities)
+
+    # -- compiled steps, built once per element spec
+
+    def build_steps(self, train_spec, eval_spec) -> None:
+        strategy = self.strategy
+
+        @tf.function(input_signature=[train_spec])
+        def train_step(batch):
+            features, labels = batch
+            strategy.run(self._replica_train_step, args=(features, labels))
+
+        @tf.function(input_signature=[eval_spec])
+        def eval_step(batch):
+            features, labels = batch
+            strategy.run(self._replica_eval_step, args=(features, labels))
+
+        self._train_step, self._eval_step = train_step, eval_step
+
+    # -- epoch runners (a ClusterCoordinator runner would replace these two)
+
+    def run_train_epoch(self, dist_dataset, *, on_step: Callable[[int], None]) -> int:
+        steps = 0
+        for batch in dist_dataset:
+            self._train_step(batch)
+            steps += 1
+            on_step(steps)
+        return steps
+
+    def run_eval(self, dist_dataset) -> Dict[str, float]:
+        for metric in (self.val_loss, self.val_acc):
+            metric.reset_state()
+        for batch in dist_dataset:
+            self._eval_step(batch)
+        return {"val_loss": _value(self.val_loss.result()), "val_accuracy": _value(self.val_acc.result())}
+
+    def learning_rate(self) -> float:
+        return _value(self.optimizer.learning_rate)
+
+
+def _value(x) -> float:
+    return float(keras.ops.convert_to_numpy(x))
+
+
+def _count(metric) -> float:
+    return _value(metric.count)
+
+
+# ----------------------------------------------------------------------------- public entry point
+
+
+def train(cfg, *, prepared_dir, output_dir, sink: Optional[MetricsSink] = None) -> TrainResult:
+    """Train cfg.model on the prepared TFRecords, checkpointing into output_dir/checkpoints and
+    exporting output_dir/saved_model; resumes from the latest checkpoint there if any."""
+    from tfpipe import data
+
+    prepared_dir, output_dir = Path(prepared_dir), Path(output_dir)
+    manifest = data.load_manifest(prepared_dir)
+    inputs = _read_inputs(cfg, manifest, prepared_dir)
+
+    keras.utils.set_random_seed(cfg.train.seed)
+    with precision.policy_scope(cfg.precision) as policy:
+        strategy = distribute.build_strategy(cfg.strategy)
+        tc = cfg.train
+        global_batch = tc.batch_size_per_replica * strategy.num_replicas_in_sync
+
+        def dataset_fn(split: str, training: bool, skip_batches: int = 0, take_batches: Optional[int] = None) -> DatasetFn:
+            def fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+                # make_dataset takes the GLOBAL batch with an input_context and batches per replica.
+                ds = data.make_dataset(
+                    prepared_dir, split, batch_size=global_batch, training=training, seed=tc.seed,
+                    shuffle_buffer=tc.shuffle_buffer, cache=tc.cache, input_context=input_context,
+                )
+                if take_batches is not None:
+                    ds = ds.take(take_batches)
+                if skip_batches:
+                    ds = ds.skip(skip_batches)
+                if inputs.modality == "text":
+                    vectorizer = inputs.vectorizer()  # built in the input pipeline's own context
+                    ds = ds.map(lambda x, y: (vectorizer(x), y), num_parallel_calls=tf.data.AUTOTUNE)
+                return ds.prefetch(tf.data.AUTOTUNE)
+
+            return fn
+
+        return _run(cfg, strategy, inputs, policy, dataset_fn, output_dir, sink)
+
+
+def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, output_dir: Path,
+         sink: Optional[MetricsSink]) -> TrainResult:
+    tc = cfg.train
+    global_batch = tc.batch_size_per_replica * strategy.num_replicas_in_sync
+    # make_dataset drops the remainder of training batches.
+    steps_per_epoch = max(inputs.num_train_examples // global_batch, 1)
+    if tc.steps_per_epoch:
+        steps_per_epoch = min(steps_per_epoch, tc.steps_per_epoch)
+    trainer = Trainer(cfg, strategy, inputs, policy=policy, steps_per_epoch=steps_per_epoch)
+
+    ckpt_dir = output_dir / CHECKPOINTS
+    saved_model_dir = output_dir / SAVED_MODEL
+    chief = _is_chief(strategy)
+    # Multi-worker strategies need every worker to take part in saves; only the chief writes to
+    # output_dir, the others write to a scratch folder that is deleted at the end.
+    scratch = None if chief else Path(tempfile.mkdtemp(prefix="tfpipe-worker-"))
+    manager = tf.train.CheckpointManager(
+        trainer.checkpoint, str(ckpt_dir if chief else scratch / CHECKPOINTS), max_to_keep=tc.max_checkpoints_to_keep
+    )
+    history: List[dict] = []
+    latest = tf.train.latest_checkpoint(str(ckpt_dir))
+    resumed = latest is not None
+    if resumed:
+        try:
+            trainer.checkpoint.restore(latest).assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.OpError) as exc:
+            raise UserError(
+                f"{ckpt_dir}: cannot resume from {Path(latest).name} (was it written for another model or "
+                f"optimizer?); delete the folder to start over ({str(exc).splitlines()[0]})"
+            ) from None
+        history = _read_history(ckpt_dir)[: int(trainer.epoch.numpy())]
+        log.info("resuming from %s: epoch %d, step %d", latest, int(trainer.epoch.numpy()), int(trainer.step.numpy()))
+
+    start_epoch = int(trainer.epoch.numpy())
+    start_epoch_step = int(trainer.epoch_step.numpy())
+    step = int(trainer.step.numpy())
+    take = tc.steps_per_epoch  # None: the whole split
+
+    distribute_ds = strategy.distribute_datasets_from_function
+    train_ds = distribute_ds(dataset_fn("train", True, 0, take))
+    val_ds = distribute_ds(dataset_fn("validation", False))
+    trainer.build_steps(train_ds.element_spec, val_ds.element_spec)
+
+    def save(epoch: int, epoch_step: int) -> None:
+        trainer.step.assign(step)
+        trainer.epoch.assign(epoch)
+        trainer.epoch_step.assign(epoch_step)
+        manager.save(checkpoint_number=step)
+
+    t_start = time.perf_counter()
+    epochs_run = 0
+    for epoch in range(start_epoch, tc.epochs):
+        skip = start_epoch_step if epoch == start_epoch else 0
+        epoch_ds = train_ds if not skip else distribute_ds(dataset_fn("train", True, skip, take))
+        for metric in (trainer.epoch_loss, trainer.epoch_acc, trainer.window_loss, trainer.window_acc):
+            metric.reset_state()
+        t_epoch = time.perf_counter()
+        window = {"t": t_epoch}
+
+        def flush_window() -> None:
+            examples = _count(trainer.window_loss)
+            if examples <= 0:
+                return
+            now = time.perf_counter()
+            metrics = {
+                "train_loss": _value(trainer.window_loss.result()),
+                "train_accuracy": _value(trainer.window_acc.result()),
+                "learning_rate": trainer.learning_rate(),
+                "examples_per_sec": examples / max(now - window["t"], 1e-9),
+            }
+            trainer.window_loss.reset_state()
+            trainer.window_acc.reset_state()
+            window["t"] = now
+            if sink is not None and chief:
+                sink.log_metrics(metrics, step)
+
+        def on_step(steps_in_epoch: int) -> None:
+            nonlocal step
+            step += 1
+            if step % tc.log_every_steps == 0:
+                flush_window()
+            if step % tc.checkpoint_every_steps == 0:
+                save(epoch, skip + steps_in_epoch)
+
+        ran = trainer.run_train_epoch(epoch_ds, on_step=on_step)
+        flush_window()  # the tail of the epoch, so short epochs still report step metrics
+        epoch_seconds = time.perf_counter() - t_epoch
+        examples = _count(trainer.epoch_loss)
+        if ran == 0 and not skip:
+            raise DataError(
+                f"train split ({inputs.num_train_examples} examples) gives no full batch of {global_batch} "
+                f"(no batches); lower train.batch_size_per_replica"
+            )
+        nan = float("nan")  # a resumed epoch whose batches were all trained before the interruption
+        row = {
+            "epoch": epoch,
+            "epoch_train_loss": _value(trainer.epoch_loss.result()) if examples else nan,
+            "epoch_train_accuracy": _value(trainer.epoch_acc.result()) if examples else nan,
+            **trainer.run_eval(val_ds),
+            "epoch_seconds": epoch_seconds,
+            "epoch_examples_per_sec": examples / max(epoch_seconds, 1e-9),
+        }
+        save(epoch + 1, 0)
+        history.append(row)
+        if chief:
+            _write_history(ckpt_dir, history)
+        if sink is not None and chief:
+            sink.log_metrics({k: float(row[k]) for k in EPOCH_METRICS}, epoch)
+        log.info("epoch %d/%d: %s", epoch + 1, tc.epochs,
+                 ", ".join(f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"))
+        epochs_run += 1
+    train_seconds = time.perf_counter() - t_start
+
+    if history:
+        last = history[-1]
+        final = {
+            "train_loss": last["epoch_train_loss"],
+            "train_accuracy": last["epoch_train_accuracy"],
+            "val_loss": last["val_loss"],
+            "val_accuracy": last["val_accuracy"],
+        }
+    else:  # resumed a finished run whose history file is gone: score validation again
+        final = trainer.run_eval(val_ds)
+
+    export_saved_model(
+        trainer.model,
+        saved_model_dir if chief else scratch / SAVED_MODEL,
+        modality=inputs.modality,
+        image_shape=inputs.image_shape,
+        vectorizer=inputs.vectorizer() if inputs.modality == "text" else None,
+        class_names=inputs.class_names,
+    )
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return TrainResult(
+        history=history,
+        final_metrics=final,
+        saved_model_dir=saved_model_dir,
+        checkpoint_dir=ckpt_dir,
+        strategy=distribute.describe_strategy(strategy),
+        num_params=int(trainer.model.count_params()),
+        global_batch_size=global_batch,
+        steps=step,
+        train_seconds=train_seconds,
+        precision=policy,
+        epochs_run=epochs_run,
+        initial_epoch=start_epoch,
+        resumed=resumed,
+    )
+
+
+def _read_history(ckpt_dir: Path) -> List[dict]:
+    path = ckpt_dir / HISTORY_FILE
+    if not path.is_file():
+        return []
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return []
+    return rows if isinstance(rows, list) else []
+
+
+def _write_history(ckpt_dir: Path, history: List[dict]) -> None:
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    path = ckpt_dir / HISTORY_FILE
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(history, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
