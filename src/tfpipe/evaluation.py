@@ -1,0 +1,250 @@
+"""Score the exported SavedModel, loaded from disk, on the prepared test split.
+
+`evaluate()` uses exactly what is served: `tf.saved_model.load(dir).signatures['serving_default']`
+on raw inputs (uint8 images or strings) -> {'probabilities': [B, K]}. `score()` is the pure
+numpy part (hand-checkable). `write_reports()` writes, each atomically:
+  - metrics JSON (DVC metrics): accuracy, loss, macro_precision/recall/f1, num_examples,
+    roc_auc (binary tasks only), per_class {name: {precision, recall, f1, support}};
+  - confusion CSV in the shape of DVC's `confusion` plot template: one row per test example,
+    columns `actual,predicted`, class names as values;
+  - confusion PNG (matplotlib, Agg canvas; no pyplot global state).
+No mlflow import here: the stage logs the files through `tracking`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from tfpipe.errors import DataError
+
+EPSILON = 1e-7  # probability clip for the cross-entropy, as Keras does
+TEST_SPLIT = "test"
+
+
+@dataclass
+class EvalResult:
+    class_names: list
+    num_examples: int
+    accuracy: float
+    loss: float
+    precision: list  # per class, in class_names order
+    recall: list
+    f1: list
+    support: list
+    macro_precision: float
+    macro_recall: float
+    macro_f1: float
+    confusion: np.ndarray  # [K, K] counts, rows = actual, columns = predicted
+    roc_auc: Optional[float] = None  # binary tasks with both classes present
+    labels: np.ndarray = field(default=None, repr=False)  # [N] actual class indices
+    predictions: np.ndarray = field(default=None, repr=False)  # [N] argmax class indices
+
+    def scalar_metrics(self) -> dict:
+        out = {
+            "accuracy": self.accuracy,
+            "loss": self.loss,
+            "macro_precision": self.macro_precision,
+            "macro_recall": self.macro_recall,
+            "macro_f1": self.macro_f1,
+            "num_examples": self.num_examples,
+        }
+        if self.roc_auc is not None:
+            out["roc_auc"] = self.roc_auc
+        return out
+
+    def to_dict(self) -> dict:
+        """The metrics JSON: flat scalars plus `per_class`."""
+        return {
+            **self.scalar_metrics(),
+            "per_class": {
+                name: {"precision": p, "recall": r, "f1": f, "support": s}
+                for name, p, r, f, s in zip(self.class_names, self.precision, self.recall, self.f1, self.support)
+            },
+        }
+
+
+# ----------------------------------------------------------------------------- metrics (numpy)
+
+
+def binary_roc_auc(labels: np.ndarray, scores: np.ndarray) -> Optional[float]:
+    """ROC AUC via the Mann-Whitney rank statistic (ties get average ranks); None if a class is absent."""
+    labels = np.asarray(labels).astype(bool)
+    scores = np.asarray(scores, dtype=np.float64)
+    n_pos = int(labels.sum())
+    n_neg = labels.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return None
+    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    average_rank = ends - (counts - 1) / 2.0  # 1-based rank, averaged over a tie group
+    ranks = average_rank[inverse.reshape(-1)]
+    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def score(labels, probabilities, class_names) -> EvalResult:
+    """Metrics from actual class indices [N] and predicted probabilities [N, K]."""
+    labels = np.asarray(labels, dtype=np.int64).reshape(-1)
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    k = len(class_names)
+    n = labels.size
+    if probabilities.ndim != 2 or probabilities.shape != (n, k):
+        raise DataError(f"model output has shape {probabilities.shape}; expected ({n}, {k}) for {k} classes")
+    if n and (labels.min() < 0 or labels.max() >= k):
+        raise DataError(f"test labels span {labels.min()}..{labels.max()}, outside the {k} classes of the manifest")
+    predictions = probabilities.argmax(axis=1) if n else np.zeros(0, dtype=np.int64)
+    confusion = np.zeros((k, k), dtype=np.int64)
+    np.add.at(confusion, (labels, predictions), 1)
+
+    tp = np.diag(confusion).astype(np.float64)
+    predicted = confusion.sum(axis=0).astype(np.float64)
+    actual = confusion.sum(axis=1).astype(np.float64)
+    precision = np.divide(tp, predicted, out=np.zeros(k), where=predicted > 0)
+    recall = np.divide(tp, actual, out=np.zeros(k), where=actual > 0)
+    denom = precision + recall
+    f1 = np.divide(2 * precision * recall, denom, out=np.zeros(k), where=denom > 0)
+
+    if n:
+        p_true = np.clip(probabilities[np.arange(n), labels], EPSILON, 1.0)
+        loss = float(-np.log(p_true).mean())
+        accuracy = float(tp.sum() / n)
+    else:
+        loss = accuracy = float("nan")
+    roc_auc = binary_roc_auc(labels == 1, probabilities[:, 1]) if k == 2 and n else None
+    return EvalResult(
+        class_names=list(class_names), num_examples=int(n), accuracy=accuracy, loss=loss,
+        precision=precision.tolist(), recall=recall.tolist(), f1=f1.tolist(), support=actual.astype(int).tolist(),
+        macro_precision=float(precision.mean()) if k else 0.0, macro_recall=float(recall.mean()) if k else 0.0,
+        macro_f1=float(f1.mean()) if k else 0.0, confusion=confusion, roc_auc=roc_auc,
+        labels=labels, predictions=predictions,
+    )
+
+
+# ----------------------------------------------------------------------------- the SavedModel
+
+
+def _serving_fn(saved_model_dir: Path):
+    import tensorflow as tf
+
+    if not (saved_model_dir / "saved_model.pb").is_file():
+        raise DataError(f"{saved_model_dir}: no SavedModel found (saved_model.pb missing); run the train stage first")
+    loaded = tf.saved_model.load(str(saved_model_dir))
+    if "serving_default" not in loaded.signatures:
+        raise DataError(f"{saved_model_dir}: SavedModel has no 'serving_default' signature (has {sorted(loaded.signatures)})")
+    fn = loaded.signatures["serving_default"]
+    _, kwargs = fn.structured_input_signature
+    if len(kwargs) != 1:
+        raise DataError(f"{saved_model_dir}: serving_default must take one raw input, takes {sorted(kwargs)}")
+    (input_name,) = kwargs
+    outputs = fn.structured_outputs
+    output = "probabilities" if "probabilities" in outputs else None
+    if output is None:
+        if len(outputs) != 1:
+            raise DataError(f"{saved_model_dir}: serving_default has no 'probabilities' output (has {sorted(outputs)})")
+        (output,) = outputs
+    return loaded, fn, input_name, output
+
+
+def evaluate(saved_model_dir, prepared_dir, *, batch_size: int = 256) -> EvalResult:
+    """Load the SavedModel from disk and score it on the prepared test split."""
+    from tfpipe import data
+
+    saved_model_dir, prepared_dir = Path(saved_model_dir), Path(prepared_dir)
+    manifest = data.load_manifest(prepared_dir)
+    class_names = manifest["class_names"]
+    loaded, fn, input_name, output = _serving_fn(saved_model_dir)  # keep `loaded` alive while fn runs
+    dataset = data.make_dataset(prepared_dir, TEST_SPLIT, batch_size=batch_size, training=False, seed=0, cache=False)
+    labels, probabilities = [], []
+    for features, batch_labels in dataset:
+        probabilities.append(fn(**{input_name: features})[output].numpy())
+        labels.append(batch_labels.numpy())
+    del loaded
+    k = len(class_names)
+    labels = np.concatenate(labels) if labels else np.zeros(0, dtype=np.int64)
+    probabilities = np.concatenate(probabilities) if probabilities else np.zeros((0, k))
+    return score(labels, probabilities, class_names)
+
+
+# ----------------------------------------------------------------------------- reports
+
+
+def _tmp_for(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}{path.suffix}")
+
+
+def _replace(tmp: Path, path: Path) -> None:
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _finite(value):
+    """JSON has no NaN: None instead (empty test split)."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
+
+
+def write_metrics(result: EvalResult, path) -> None:
+    path = Path(path)
+    tmp = _tmp_for(path)
+    tmp.write_text(json.dumps(_finite(result.to_dict()), indent=2) + "\n", encoding="utf-8")
+    _replace(tmp, path)
+
+
+def write_confusion_csv(result: EvalResult, path) -> None:
+    path = Path(path)
+    tmp = _tmp_for(path)
+    names = result.class_names
+    with tmp.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["actual", "predicted"])
+        writer.writerows((names[a], names[p]) for a, p in zip(result.labels.tolist(), result.predictions.tolist()))
+    _replace(tmp, path)
+
+
+def write_confusion_png(result: EvalResult, path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    path = Path(path)
+    k = len(result.class_names)
+    matrix = result.confusion
+    size = max(4.0, 0.6 * k + 2.5)
+    fig = Figure(figsize=(size, size * 0.9), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    image = ax.imshow(matrix, cmap="Blues", vmin=0)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    ax.set_xticks(range(k), labels=result.class_names, rotation=45, ha="right", rotation_mode="anchor")
+    ax.set_yticks(range(k), labels=result.class_names)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("actual")
+    accuracy = "n/a" if not np.isfinite(result.accuracy) else f"{result.accuracy:.4f}"
+    ax.set_title(f"Confusion matrix (test, n={result.num_examples}, accuracy {accuracy})")
+    threshold = matrix.max() / 2.0 if matrix.size else 0
+    for i in range(k):
+        for j in range(k):
+            ax.text(j, i, str(matrix[i, j]), ha="center", va="center", fontsize=8,
+                    color="white" if matrix[i, j] > threshold else "black")
+    fig.tight_layout()
+    tmp = _tmp_for(path)
+    fig.savefig(tmp, format="png")
+    _replace(tmp, path)
+
+
+def write_reports(result: EvalResult, *, metrics_path, confusion_csv_path, confusion_png_path) -> None:
+    write_metrics(result, metrics_path)
+    write_confusion_csv(result, confusion_csv_path)
+    write_confusion_png(result, confusion_png_path)

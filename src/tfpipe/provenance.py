@@ -1,0 +1,177 @@
+"""Where a run came from: git state, the DVC lock, and the software/hardware environment.
+
+`collect(project_root)` is cheap (a few git calls, file reads and package metadata look-ups;
+well under a second) and never imports TensorFlow: the GPU list is only read when TensorFlow is
+already imported. Nothing here imports mlflow; `tracking` turns the result into tags/artifacts.
+
+Dirty flag: True when a TRACKED file differs from HEAD (staged or not), i.e.
+`git status --porcelain --untracked-files=no` prints something. Untracked files do not count:
+pipeline outputs are git-ignored anyway, and a stray scratch file does not change what the
+committed code computes. `git.diff` is `git diff HEAD` (tracked changes only) when dirty.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Optional
+
+GIT_TIMEOUT_S = 10
+MAX_DIFF_CHARS = 1_000_000  # a runaway diff (e.g. a committed data file rewritten) is cut here
+
+# distribution names whose versions are recorded; first installed alternative wins
+PACKAGES = {
+    "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly"),
+    "keras": ("keras",),
+    "mlflow": ("mlflow", "mlflow-skinny"),
+    "dvc": ("dvc",),
+    "tensorflow_datasets": ("tensorflow-datasets", "tfds-nightly"),
+    "hydra": ("hydra-core",),
+    "numpy": ("numpy",),
+}
+
+
+def collect(project_root: str | os.PathLike) -> dict:
+    """Provenance facts as JSON-able data.
+
+    {
+      "git": {"commit": str|None, "branch": str|None, "dirty": bool|None, "diff": str|None},
+      "dvc_lock": {"present": bool, "content": str|None, "stages": {stage: sha256-hex}},
+      "environment": {"python": "3.11.7", "packages": {"tensorflow": "2.21.0", ...},
+                      "platform": str, "cpu": str|None, "num_cpus": int, "gpus": [str]|None},
+    }
+    `git.*` is None outside a git work tree (or without git). `gpus` is None when TensorFlow
+    was not imported yet (not probed, to stay fast).
+    """
+    root = Path(project_root)
+    return {"git": git_info(root), "dvc_lock": dvc_lock_info(root), "environment": environment()}
+
+
+# ----------------------------------------------------------------------------- git
+
+
+def _git(root: Path, *args: str) -> Optional[str]:
+    try:
+        proc = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"},
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def git_info(root: str | os.PathLike) -> dict:
+    root = Path(root)
+    info: dict[str, Any] = {"commit": None, "branch": None, "dirty": None, "diff": None}
+    if not root.is_dir():
+        return info
+    commit = _git(root, "rev-parse", "--verify", "-q", "HEAD")
+    if commit is None:  # not a repo, no git, or a repo without commits
+        return info
+    info["commit"] = commit.strip()
+    branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
+    info["branch"] = branch.strip() if branch and branch.strip() != "HEAD" else None
+    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    if status is not None:
+        info["dirty"] = bool(status.strip())
+        if info["dirty"]:
+            diff = _git(root, "diff", "HEAD", "--no-color", "--no-ext-diff")
+            if diff is not None and len(diff) > MAX_DIFF_CHARS:
+                diff = diff[:MAX_DIFF_CHARS] + f"\n... [diff truncated at {MAX_DIFF_CHARS} characters]\n"
+            info["diff"] = diff
+    return info
+
+
+# ----------------------------------------------------------------------------- dvc.lock
+
+
+def dvc_lock_info(root: str | os.PathLike) -> dict:
+    """dvc.lock text plus, per stage, the sha256 of its lock entry (cmd, deps, params, outs).
+
+    The per-stage hash changes exactly when DVC would consider that stage's recorded state
+    changed, so it identifies which data/code/params versions produced a run.
+    """
+    path = Path(root) / "dvc.lock"
+    info: dict[str, Any] = {"present": False, "content": None, "stages": {}}
+    if not path.is_file():
+        return info
+    content = path.read_text(encoding="utf-8")
+    info["present"] = True
+    info["content"] = content
+    info["stages"] = stage_hashes(content)
+    return info
+
+
+def stage_hashes(lock_text: str) -> dict:
+    import yaml
+
+    try:
+        lock = yaml.safe_load(lock_text) or {}
+    except yaml.YAMLError:
+        return {}
+    stages = lock.get("stages") if isinstance(lock, dict) else None
+    if not isinstance(stages, dict):
+        return {}
+    return {
+        str(name): hashlib.sha256(json.dumps(entry, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+        for name, entry in stages.items()
+    }
+
+
+# ----------------------------------------------------------------------------- environment
+
+
+def package_versions() -> dict:
+    out: dict[str, Optional[str]] = {}
+    for key, dists in PACKAGES.items():
+        out[key] = None
+        for dist in dists:
+            try:
+                out[key] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    return out
+
+
+def cpu_model() -> Optional[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def gpus() -> Optional[list]:
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return None
+    try:
+        return [d.name for d in tf.config.list_physical_devices("GPU")]
+    except Exception:  # a half-initialised TF must not break provenance
+        return None
+
+
+def environment() -> dict:
+    try:
+        num_cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        num_cpus = os.cpu_count() or 0
+    return {
+        "python": platform.python_version(),
+        "packages": package_versions(),
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "num_cpus": num_cpus,
+        "gpus": gpus(),
+    }

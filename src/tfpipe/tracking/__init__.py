@@ -1,0 +1,24 @@
+"""MLflow tracking: the only package in tfpipe that imports mlflow.
+
+    with tracking.start_run(cfg, root, stage="train") as run:    # or resume_run(..., stage="evaluate")
+        run.log_params(cfg.flat()); run.log_config(cfg)
+        run.set_tags(tracking.run_tags(cfg, strategy_info, digest, provenance.collect(root)))
+        run.log_dataset(manifest, digest, prepared_dir, context="train")
+        training.train(..., sink=run)                            # run.log_metrics(metrics, step), batched
+        run.log_model(saved_model_dir, modality=..., input_example=..., class_names=...)
+
+Modules: `backend` (tracking URI, reachability, experiment), `run` (the Run handle),
+`tags` (standard tags), `redact` (credentials -> '***'), `datasets` (manifest -> mlflow.data),
+`models` + `serving_model.py` (the pyfunc model, models-from-code).
+"""
+
+from tfpipe.errors import TrackingError
+from tfpipe.tracking.backend import check_reachable, resolve_tracking_uri
+from tfpipe.tracking.redact import is_secret_key, redact
+from tfpipe.tracking.run import NullRun, Run, read_run_file, resume_run, start_run
+from tfpipe.tracking.tags import dvc_lock_tags, run_name, run_tags
+
+__all__ = [
+    "TrackingError", "check_reachable", "resolve_tracking_uri", "is_secret_key", "redact", "NullRun", "Run",
+    "read_run_file", "resume_run", "start_run", "dvc_lock_tags", "run_name", "run_tags",
+]

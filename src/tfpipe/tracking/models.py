@@ -1,0 +1,102 @@
+"""Logging the exported SavedModel as an MLflow pyfunc model (models-from-code).
+
+Why pyfunc-from-code and not `mlflow.tensorflow.log_model`: in MLflow 3.17 the latter takes a
+live Keras model or tf.Module object and re-saves it (a tf.Module is then served through its
+`__call__`), not an existing SavedModel folder with a `serving_default` signature.
+Models-from-code logs `serving_model.py` plus the exported SavedModel folder as-is, so MLflow
+serves the exact files the evaluate stage scored.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tfpipe.errors import TrackingError
+
+SERVING_MODEL_FILE = Path(__file__).with_name("serving_model.py")
+MAX_EXAMPLE_ROWS = 2
+# what the served model imports; pinned to this environment's versions
+REQUIREMENTS = (("tensorflow-cpu", "tensorflow"), ("mlflow",), ("numpy",), ("pandas",))
+
+
+def pip_requirements() -> list[str]:
+    """Explicit pins: without them MLflow infers requirements by loading the model in a
+    subprocess (importing TensorFlow again: many seconds)."""
+    reqs = []
+    for alternatives in REQUIREMENTS:
+        for dist in alternatives:
+            try:
+                reqs.append(f"{dist}=={metadata.version(dist)}")
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    return reqs
+
+
+def _texts(example: Any) -> list[str]:
+    if isinstance(example, pd.DataFrame):
+        column = "text" if "text" in example.columns else example.columns[0]
+        values = example[column].tolist()
+    elif isinstance(example, (str, bytes)):
+        values = [example]
+    else:
+        values = np.asarray(example, dtype=object).reshape(-1).tolist()
+    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
+
+
+def signature_and_example(modality: str, input_example: Any, num_classes: int):
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, DataType, Schema, TensorSpec
+
+    outputs = Schema([TensorSpec(np.dtype(np.float32), (-1, num_classes))])
+    if modality == "text":
+        # An unnamed string column: MLflow then accepts a list of str, a numpy array of str/object,
+        # a Series or a one-column DataFrame (a column *named* 'text' would reject all but the last).
+        example = None if input_example is None else _texts(input_example)[:MAX_EXAMPLE_ROWS]
+        return ModelSignature(inputs=Schema([ColSpec(DataType.string)]), outputs=outputs), example
+    if modality == "image":
+        example, shape = None, (-1, -1, -1)
+        if input_example is not None:
+            example = np.asarray(input_example)
+            if example.dtype != np.uint8:
+                raise TrackingError(f"log_model: image input example must be uint8 (raw pixels), got {example.dtype}")
+            if example.ndim == 3:
+                example = example[None]
+            example = example[:MAX_EXAMPLE_ROWS]
+            shape = example.shape[1:]
+        inputs = Schema([TensorSpec(np.dtype(np.uint8), (-1, *shape))])
+        return ModelSignature(inputs=inputs, outputs=outputs), example
+    raise TrackingError(f"log_model: modality={modality!r}; allowed: image, text")
+
+
+def log_pyfunc_model(run, saved_model_dir, *, modality: str, input_example: Any, class_names: list, name: str):
+    import mlflow
+    import mlflow.pyfunc
+
+    saved_model_dir = Path(saved_model_dir)
+    if not (saved_model_dir / "saved_model.pb").is_file():
+        raise TrackingError(f"{saved_model_dir}: no saved_model.pb; export the SavedModel before logging it")
+    active = mlflow.active_run()
+    if active is None or active.info.run_id != run.run_id:
+        raise TrackingError(f"log_model: run {run.run_id} is not the active MLflow run (was it closed?)")
+    signature, example = signature_and_example(modality, input_example, len(class_names))
+    with tempfile.TemporaryDirectory(prefix="tfpipe-model-") as tmp:
+        names_file = Path(tmp) / "class_names.json"
+        names_file.write_text(json.dumps(list(class_names)), encoding="utf-8")
+        return mlflow.pyfunc.log_model(
+            name=name,
+            python_model=str(SERVING_MODEL_FILE),
+            artifacts={"saved_model": str(saved_model_dir), "class_names": str(names_file)},
+            signature=signature,
+            input_example=example,
+            pip_requirements=pip_requirements(),
+            metadata={"class_names": list(class_names), "modality": modality,
+                      "output": "float32 probabilities [N, num_classes], columns in class_names order"},
+        )

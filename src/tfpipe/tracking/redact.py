@@ -1,0 +1,66 @@
+"""Keep credentials out of MLflow: secret-looking keys are logged as '***'.
+
+A key is secret when one of its word parts (split on anything but letters/digits, and on
+camelCase) is a credential word, or when it contains an unambiguous one anywhere:
+  secret: `db.password`, `api_key`, `apiKey`, `aws_access_key_id`, `hf_token`, `client_secret`,
+          `credentials_file`, `auth`
+  not:    `dataset.max_tokens`, `train.max_checkpoints_to_keep`, `keyboard`, `monkey`
+Values that are URLs with a password (`https://user:pw@host`) keep the user, lose the password.
+"""
+
+from __future__ import annotations
+
+import re
+
+REDACTED = "***"
+# word parts that mark a key as a credential
+_SECRET_WORDS = frozenset(
+    {"password", "passwd", "pwd", "passphrase", "token", "secret", "key", "apikey", "access", "credential",
+     "credentials", "auth", "authorization", "cookie"}
+)
+# substrings that mark a key as a credential wherever they occur (e.g. `dbpassword`)
+_SECRET_SUBSTRINGS = ("password", "passwd", "secret", "credential", "apikey", "accesskey", "privatekey")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_PARTS = re.compile(r"[^a-z0-9]+")
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
+
+
+def is_secret_key(key: str) -> bool:
+    lowered = _CAMEL.sub("_", str(key)).lower()
+    parts = [p for p in _PARTS.split(lowered) if p]
+    if any(p in _SECRET_WORDS for p in parts):
+        return True
+    squashed = "".join(parts)
+    return any(s in squashed for s in _SECRET_SUBSTRINGS)
+
+
+def redact_url(value: str) -> str:
+    """'https://me:pw@host/x' -> 'https://me:***@host/x'; other strings unchanged."""
+    return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
+
+
+def redact(mapping: dict) -> dict:
+    """Copy of a flat mapping with secret keys' values replaced by '***' (and URL passwords hidden)."""
+    out = {}
+    for key, value in mapping.items():
+        if is_secret_key(key) and value is not None and value != "":
+            out[key] = REDACTED
+        elif isinstance(value, str):
+            out[key] = redact_url(value)
+        else:
+            out[key] = value
+    return out
+
+
+def redact_tree(tree):
+    """`redact` applied through nested dicts/lists (for the resolved config YAML)."""
+    if isinstance(tree, dict):
+        return {
+            k: (REDACTED if is_secret_key(k) and v not in (None, "") and not isinstance(v, (dict, list)) else redact_tree(v))
+            for k, v in tree.items()
+        }
+    if isinstance(tree, list):
+        return [redact_tree(v) for v in tree]
+    if isinstance(tree, str):
+        return redact_url(tree)
+    return tree

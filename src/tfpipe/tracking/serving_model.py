@@ -1,0 +1,78 @@
+"""MLflow pyfunc model (models-from-code) serving the exported TensorFlow SavedModel.
+
+Logged by `tfpipe.tracking.Run.log_model` with `python_model=<this file>` and
+`artifacts={"saved_model": <dir>, "class_names": <json>}`. MLflow copies this file into the
+model, so it is standalone: it imports only numpy, pandas, mlflow and (when loading)
+tensorflow, never `tfpipe`.
+
+`mlflow.pyfunc.load_model(uri).predict(x)` takes raw inputs, exactly what the SavedModel's
+`serving_default` signature takes:
+  - images: uint8 array [N, H, W, C] (a single [H, W, C] image is treated as N=1);
+  - texts: a list of str, a numpy array of str, a pandas Series, or a DataFrame with a `text`
+    column (or a single column);
+and returns a float32 numpy array [N, num_classes] of class probabilities, columns in the
+order of `class_names.json` (also in the model's metadata).
+"""
+
+import json
+
+import mlflow
+import numpy as np
+import pandas as pd
+from mlflow.pyfunc import PythonModel
+
+PREDICT_BATCH = 256  # bounds memory for large requests
+
+
+class SavedModelClassifier(PythonModel):
+    def load_context(self, context):
+        import tensorflow as tf
+
+        self._tf = tf
+        self._model = tf.saved_model.load(context.artifacts["saved_model"])
+        self._fn = self._model.signatures["serving_default"]
+        _, kwargs = self._fn.structured_input_signature
+        if len(kwargs) != 1:
+            raise ValueError(f"serving_default must take exactly one input, takes {sorted(kwargs)}")
+        ((self._input_name, self._spec),) = kwargs.items()
+        outputs = self._fn.structured_outputs
+        self._output = "probabilities" if "probabilities" in outputs else next(iter(outputs))
+        self.class_names = None
+        path = context.artifacts.get("class_names")
+        if path:
+            with open(path, encoding="utf-8") as fh:
+                self.class_names = json.load(fh)
+
+    def _to_batch(self, model_input):
+        tf = self._tf
+        if self._spec.dtype == tf.string:
+            if isinstance(model_input, pd.DataFrame):
+                column = "text" if "text" in model_input.columns else model_input.columns[0]
+                values = model_input[column].tolist()
+            elif isinstance(model_input, (str, bytes)):
+                values = [model_input]
+            else:
+                values = np.asarray(model_input, dtype=object).reshape(-1).tolist()
+            return np.asarray([v if isinstance(v, bytes) else str(v).encode("utf-8") for v in values], dtype=object)
+        if isinstance(model_input, pd.DataFrame):
+            model_input = np.stack(model_input.iloc[:, 0].to_numpy())
+        array = np.asarray(model_input)
+        if array.ndim == len(self._spec.shape) - 1:
+            array = array[None, ...]
+        return array.astype(self._spec.dtype.as_numpy_dtype, copy=False)
+
+    # The hint is one MLflow infers no schema from: the explicit signature logged with the model
+    # governs input checks (texts arrive as a one-column DataFrame, images as an ndarray), and
+    # MLflow does not warn about a missing type hint on every load.
+    def predict(self, context, model_input: np.ndarray, params=None):
+        batch = self._to_batch(model_input)
+        if len(batch) == 0:
+            return np.zeros((0, len(self.class_names or [])), dtype=np.float32)
+        parts = []
+        for start in range(0, len(batch), PREDICT_BATCH):
+            chunk = self._tf.constant(batch[start : start + PREDICT_BATCH], dtype=self._spec.dtype)
+            parts.append(self._fn(**{self._input_name: chunk})[self._output].numpy())
+        return np.concatenate(parts).astype(np.float32)
+
+
+mlflow.models.set_model(SavedModelClassifier())

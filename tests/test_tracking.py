@@ -1,0 +1,453 @@
+"""tfpipe.tracking against a real SQLite MLflow store in tmp_path (no mocks of mlflow or TF)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tfpipe.errors import TrackingError
+
+MLFLOW_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME")
+
+
+@pytest.fixture(scope="module")
+def db_template(tmp_path_factory) -> Path:
+    """One migrated mlflow.db (creating the schema takes seconds); each test gets a copy."""
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow_template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def clean_mlflow(monkeypatch):
+    import mlflow
+
+    for name in MLFLOW_ENV:
+        monkeypatch.delenv(name, raising=False)
+    yield
+    while mlflow.active_run() is not None:
+        mlflow.end_run()
+    mlflow.set_tracking_uri(None)
+
+
+@pytest.fixture
+def project(tmp_path, db_template, clean_mlflow) -> Path:
+    """A project root whose default store (sqlite:///<root>/mlflow.db) is a fresh copy of the template."""
+    shutil.copy(db_template, tmp_path / "mlflow.db")
+    return tmp_path
+
+
+@pytest.fixture
+def cfg(make_config):
+    return make_config("experiment=smoke")
+
+
+def _client(root: Path):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+
+
+def _run_id(root: Path, cfg) -> str:
+    return json.loads((root / cfg.tracking.run_file).read_text())["run_id"]
+
+
+# ----------------------------------------------------------------------------- backend
+
+
+def test_tracking_uri_precedence(cfg, tmp_path, monkeypatch):
+    import dataclasses
+
+    from tfpipe.tracking import resolve_tracking_uri
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert resolve_tracking_uri(cfg.tracking, tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+    relative = dataclasses.replace(cfg.tracking, uri="sqlite:///stores/x.db")
+    assert resolve_tracking_uri(relative, tmp_path) == f"sqlite:///{tmp_path.resolve()}/stores/x.db"
+    remote = dataclasses.replace(cfg.tracking, uri="http://tracking.example:5000")
+    assert resolve_tracking_uri(remote, tmp_path) == "http://tracking.example:5000"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://from-env:5000")
+    assert resolve_tracking_uri(remote, tmp_path) == "http://from-env:5000"
+
+
+def test_unreachable_backends_fail_fast_with_one_line(cfg, tmp_path, clean_mlflow, monkeypatch):
+    from tfpipe import tracking
+
+    started = time.monotonic()
+    with pytest.raises(TrackingError) as down:
+        tracking.check_reachable("http://127.0.0.1:9")
+    assert "unreachable" in str(down.value) and "\n" not in str(down.value)
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    with pytest.raises(TrackingError):
+        tracking.start_run(cfg, tmp_path, stage="train")
+    assert time.monotonic() - started < 10
+    assert not (tmp_path / cfg.tracking.run_file).exists()
+
+    with pytest.raises(TrackingError, match="does not exist"):
+        tracking.check_reachable(f"sqlite:///{tmp_path}/missing/folder/mlflow.db")
+
+
+# ----------------------------------------------------------------------------- run lifecycle
+
+
+def test_start_run_names_run_writes_run_file_and_uses_project_artifacts(cfg, project):
+    from tfpipe import tracking
+
+    (project / "out").mkdir()
+    (project / "out" / "a.txt").write_text("a")
+    with tracking.start_run(cfg, project, stage="train") as run:
+        run.log_artifact(project / "out" / "a.txt", "files")
+        run.log_artifacts(project / "out", "dir")
+        run.log_config(cfg)
+
+    info = json.loads((project / "run.json").read_text())
+    assert set(info) == {"run_id", "experiment_id", "tracking_uri", "run_name"}
+    assert info["run_name"] == "cifar10-cnn-one_device-float32" == run.run_name
+    assert info["tracking_uri"] == f"sqlite:///{project.resolve()}/mlflow.db"
+    assert not list(project.glob(".run.json*"))  # atomic write left no temp file
+
+    client = _client(project)
+    got = client.get_run(info["run_id"])
+    assert got.info.run_name == "cifar10-cnn-one_device-float32"
+    assert got.info.status == "FINISHED"
+    assert got.data.tags["tfpipe.stage.train"] == "FINISHED"
+    experiment = client.get_experiment(info["experiment_id"])
+    assert experiment.name == "tfpipe"
+    assert experiment.artifact_location == (project / "mlartifacts").resolve().as_uri()
+    assert (project / "mlartifacts" / info["run_id"] / "artifacts" / "files" / "a.txt").is_file()
+    assert {a.path for a in client.list_artifacts(info["run_id"])} >= {"files", "dir", "config"}
+
+    import yaml
+    from mlflow.artifacts import download_artifacts
+
+    resolved = yaml.safe_load(Path(download_artifacts(run_id=info["run_id"], artifact_path="config/resolved.yaml",
+                                                     tracking_uri=info["tracking_uri"])).read_text())
+    assert resolved == cfg.to_dict()
+    assert "MLFLOW_TRACKING_URI" not in os.environ  # the fluent API's URI was not leaked to later runs
+
+
+def test_resume_run_reopens_the_train_run(cfg, project):
+    from tfpipe import tracking
+
+    with tracking.start_run(cfg, project, stage="train") as run:
+        run.log_metrics({"train_loss": 1.0}, step=1)
+    with tracking.resume_run(cfg, project, stage="evaluate") as again:
+        assert again.run_id == run.run_id
+        again.log_metrics({"test_accuracy": 0.5}, step=0)
+    got = _client(project).get_run(run.run_id)
+    assert got.info.status == "FINISHED"
+    assert got.data.metrics == {"train_loss": 1.0, "test_accuracy": 0.5}
+    assert got.data.tags["tfpipe.stage.evaluate"] == "FINISHED"
+    assert len(_client(project).search_runs([got.info.experiment_id])) == 1
+
+
+def test_resume_run_without_run_file_names_the_file(cfg, project):
+    from tfpipe import tracking
+
+    with pytest.raises(TrackingError, match=r"run\.json: run file not found"):
+        tracking.resume_run(cfg, project, stage="evaluate")
+
+
+def test_mlflow_run_id_from_env_is_attached_and_kept(cfg, project, monkeypatch):
+    from tfpipe import tracking
+
+    client = _client(project)
+    experiment_id = client.create_experiment("created-by-mlflow-run")
+    created = client.create_run(experiment_id)
+    monkeypatch.setenv("MLFLOW_RUN_ID", created.info.run_id)
+    with tracking.start_run(cfg, project, stage="train") as run:
+        assert run.run_id == created.info.run_id
+    assert os.environ["MLFLOW_RUN_ID"] == created.info.run_id  # restored for the next stage
+    assert _run_id(project, cfg) == created.info.run_id
+    with tracking.resume_run(cfg, project, stage="evaluate") as again:
+        assert again.run_id == created.info.run_id
+    got = client.get_run(created.info.run_id)
+    assert got.info.run_name == "cifar10-cnn-one_device-float32"
+    assert got.info.status == "FINISHED"
+    assert client.get_experiment_by_name("tfpipe") is None  # nothing was created in the configured experiment
+
+
+def test_exception_marks_run_failed_and_ctrl_c_killed(cfg, project):
+    from tfpipe import tracking
+
+    with pytest.raises(RuntimeError):
+        with tracking.start_run(cfg, project, stage="train") as run:
+            run.log_metrics({"train_loss": 2.0}, step=3)
+            raise RuntimeError("boom")
+    got = _client(project).get_run(run.run_id)
+    assert got.info.status == "FAILED"
+    assert got.data.metrics["train_loss"] == 2.0  # buffered metrics still flushed
+
+    with pytest.raises(KeyboardInterrupt):
+        with tracking.resume_run(cfg, project, stage="evaluate"):
+            raise KeyboardInterrupt
+    assert _client(project).get_run(run.run_id).info.status == "KILLED"
+
+
+def test_non_chief_gets_a_no_op_handle(cfg, project):
+    from tfpipe import tracking
+
+    with tracking.start_run(cfg, project, stage="train", is_chief=False) as run:
+        assert not run.active and run.run_id is None
+        run.log_params(cfg.flat())
+        run.log_metrics({"loss": 1.0}, step=1)
+        run.set_tags({"a": "b"})
+        run.log_model("nowhere", modality="image", class_names=["a"])
+    assert not (project / "run.json").exists()
+    assert _client(project).get_experiment_by_name("tfpipe") is None
+
+
+# ----------------------------------------------------------------------------- params, metrics, tags
+
+
+def test_params_are_flat_redacted_and_batched(cfg, project):
+    from tfpipe import tracking
+
+    flat = cfg.flat()
+    extra = {f"extra.p{i:03d}": i for i in range(150)}  # > 100: several log_batch requests
+    secrets = {"db.password": "hunter2", "hub.api_key": "abc", "aws.access_key_id": "AKIA", "hf_token": "t"}
+    with tracking.start_run(cfg, project, stage="train") as run:
+        run.log_params({**flat, **extra, **secrets, "long": "x" * 7000})
+        run.log_params(flat)  # identical values again: a no-op, not an error
+        with pytest.raises(TrackingError, match="train.epochs"):
+            run.log_params({"train.epochs": 99})
+    params = _client(project).get_run(run.run_id).data.params
+    assert params["train.optimizer.learning_rate"] == str(cfg.train.optimizer.learning_rate)
+    assert params["dataset.image_size"] == "[32, 32]"
+    assert params["dataset.max_tokens"] == "None"  # 'tokens' is not a credential word
+    assert params["train.max_checkpoints_to_keep"] == str(cfg.train.max_checkpoints_to_keep)
+    assert all(params[k] == "***" for k in secrets)
+    assert len(params["long"]) == 6000
+    assert len(params) == len(flat) + len(extra) + len(secrets) + 1
+
+
+@pytest.mark.parametrize(
+    "key, secret",
+    [("password", True), ("db.password", True), ("api_key", True), ("apiKey", True), ("AWS_ACCESS_KEY_ID", True),
+     ("hf_token", True), ("client_secret", True), ("credentials_file", True), ("dbpassword", True),
+     ("dataset.max_tokens", False), ("train.max_checkpoints_to_keep", False), ("keep", False), ("monkey", False),
+     ("keyboard_layout", False), ("model.dense_units", False)],
+)
+def test_is_secret_key(key, secret):
+    from tfpipe.tracking import is_secret_key, redact
+
+    assert is_secret_key(key) is secret
+    assert redact({key: "v"})[key] == ("***" if secret else "v")
+
+
+def test_redact_hides_url_passwords():
+    from tfpipe.tracking import redact
+
+    assert redact({"tracking.uri": "https://me:pw@host/x"}) == {"tracking.uri": "https://me:***@host/x"}
+
+
+def test_metrics_are_buffered_then_arrive_with_their_steps(cfg, project):
+    from tfpipe import tracking
+
+    client = _client(project)
+    with tracking.start_run(cfg, project, stage="train", flush_every=7, flush_seconds=3600) as run:
+        for step in range(3):  # 6 values < 7: still buffered
+            run.log_metrics({"train_loss": 1.0 / (step + 1), "lr": np.float32(0.1)}, step=step)
+        assert client.get_metric_history(run.run_id, "train_loss") == []
+        run.log_metrics({"train_loss": 0.25, "lr": 0.1}, step=3)  # 8 values: one batch sent
+        assert len(client.get_metric_history(run.run_id, "train_loss")) == 4
+        for step in range(4, 20):
+            run.log_metrics({"train_loss": 1.0 / (step + 1), "lr": 0.1, "bad key!": 1.0, "note": "n/a"}, step=step)
+    history = client.get_metric_history(run.run_id, "train_loss")
+    assert sorted(m.step for m in history) == list(range(20))
+    assert {m.step: m.value for m in history}[9] == pytest.approx(0.1)
+    assert len(client.get_metric_history(run.run_id, "lr")) == 20
+    assert "bad key_" in client.get_run(run.run_id).data.metrics  # sanitised, not rejected
+    assert "note" not in client.get_run(run.run_id).data.metrics  # non-numbers are skipped
+
+
+def test_run_tags_cover_config_strategy_data_git_dvc_and_versions(cfg, project):
+    from tfpipe import tracking
+
+    provenance = {
+        "git": {"commit": "a" * 40, "branch": "main", "dirty": True, "diff": "..."},
+        "dvc_lock": {"present": True, "content": "...", "stages": {"prepare": "1" * 64, "train": "2" * 64}},
+        "environment": {"python": "3.11.7", "packages": {"tensorflow": "2.21.0", "keras": "3.15.1", "mlflow": "3.17.2",
+                                                         "dvc": "3.67.1", "tensorflow_datasets": "4.9.10"},
+                        "platform": "Linux", "cpu": "Some CPU", "num_cpus": 2, "gpus": []},
+    }
+    strategy = {"name": "OneDeviceStrategy", "num_replicas_in_sync": 1, "devices": ["/cpu:0"], "worker_count": 1}
+    tags = tracking.run_tags(cfg, strategy, "d" * 64, provenance)
+    expected = {
+        "dataset": "cifar10", "model": "cnn", "strategy": "one_device", "precision": "float32", "replicas": "1",
+        "device": "/cpu:0", "data.manifest_digest": "d" * 64, "git.commit": "a" * 40, "git.dirty": "true",
+        "mlflow.source.git.commit": "a" * 40, "dvc.lock.prepare": "1" * 64, "dvc.lock.train": "2" * 64,
+        "python_version": "3.11.7", "tf_version": "2.21.0", "keras_version": "3.15.1", "mlflow_version": "3.17.2",
+        "dvc_version": "3.67.1", "cpu": "Some CPU", "strategy.name": "OneDeviceStrategy", "gpus": "none",
+    }
+    assert {k: tags.get(k) for k in expected} == expected
+    assert tracking.dvc_lock_tags(provenance) == {"dvc.lock.prepare": "1" * 64, "dvc.lock.train": "2" * 64}
+    assert "replicas" in tracking.run_tags(cfg, None, None, {})  # one_device: known before training
+
+    with tracking.start_run(cfg, project, stage="train") as run:
+        run.set_tags(tags)
+        run.log_provenance(provenance)
+    got = _client(project).get_run(run.run_id)
+    assert got.data.tags["git.commit"] == "a" * 40 and got.data.tags["dvc.lock.train"] == "2" * 64
+    artifacts = {a.path for a in _client(project).list_artifacts(run.run_id, "provenance")}
+    assert artifacts == {"provenance/provenance.json", "provenance/git_diff.patch", "provenance/dvc.lock"}
+
+
+# ----------------------------------------------------------------------------- dataset input
+
+
+def test_log_dataset_records_digest_context_profile_and_schema(cfg, project, tmp_path):
+    from tfpipe import tracking
+
+    digest = "f" * 64
+    manifest = {
+        "format_version": 1, "dataset": "cifar10", "modality": "image",
+        "feature_spec": {"image": {"dtype": "uint8", "shape": [32, 32, 3], "encoding": "raw"},
+                         "label": {"dtype": "int64", "shape": []}},
+        "class_names": ["a", "b"], "num_classes": 2,
+        "splits": {"train": {"num_examples": 90}, "validation": {"num_examples": 10}, "test": {"num_examples": 20}},
+    }
+    prepared = tmp_path / "data" / "prepared" / "cifar10"
+    prepared.mkdir(parents=True)
+    with tracking.start_run(cfg, project, stage="train") as run:
+        run.log_dataset(manifest, digest, prepared, context="train")
+    with tracking.resume_run(cfg, project, stage="evaluate") as run:
+        run.log_dataset(manifest, digest, prepared, context="test")
+
+    inputs = _client(project).get_run(run.run_id).inputs.dataset_inputs
+    by_context = {next(t.value for t in i.tags if t.key == "mlflow.data.context"): i for i in inputs}
+    assert set(by_context) == {"train", "test"}
+    train = by_context["train"].dataset
+    assert train.name == "cifar10-train"
+    assert train.digest == digest[:36] and digest.startswith(train.digest)
+    assert {t.key: t.value for t in by_context["train"].tags}["manifest_digest"] == digest
+    assert json.loads(train.source)["uri"] == str(prepared.resolve())
+    assert json.loads(train.profile)["num_examples"] == {"train": 90, "validation": 10}
+    assert json.loads(by_context["test"].dataset.profile)["num_examples"] == {"test": 20}
+    assert "image" in train.schema and "uint8" in train.schema
+
+
+# ----------------------------------------------------------------------------- pyfunc model
+
+
+IMAGE_CLASSES = ["red", "green", "blue"]
+
+
+@pytest.fixture(scope="module")
+def saved_models(tmp_path_factory):
+    """Tiny raw-input SavedModels: image (uint8 [N,8,8,3]) and text (string [N], TextVectorization inside)."""
+    import keras
+    import tensorflow as tf
+
+    root = tmp_path_factory.mktemp("saved_models")
+    keras.utils.set_random_seed(0)
+
+    inputs = keras.Input((8, 8, 3), dtype="uint8")
+    x = keras.layers.Rescaling(1 / 255.0)(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    image_model = keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(x))
+    archive = keras.export.ExportArchive()
+    archive.track(image_model)
+    archive.add_endpoint(name="serving_default", fn=lambda image: {"probabilities": image_model(image, training=False)},
+                         input_signature=[tf.TensorSpec([None, 8, 8, 3], tf.uint8, name="image")])
+    archive.write_out(str(root / "image"), verbose=False)
+
+    vectorizer = keras.layers.TextVectorization(max_tokens=20, output_sequence_length=6)
+    vectorizer.adapt(["good great fine film", "bad awful poor film"])
+    text_model = keras.Sequential([keras.layers.Embedding(20, 4), keras.layers.GlobalAveragePooling1D(),
+                                   keras.layers.Dense(2, activation="softmax")])
+    text_model(vectorizer(tf.constant(["x"])))
+    archive = keras.export.ExportArchive()
+    archive.track(vectorizer)
+    archive.track(text_model)
+    archive.add_endpoint(name="serving_default", fn=lambda text: {"probabilities": text_model(vectorizer(text))},
+                         input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    archive.write_out(str(root / "text"), verbose=False)
+    return {"image": root / "image", "text": root / "text"}
+
+
+def _direct(saved_model_dir, **inputs):
+    import tensorflow as tf
+
+    fn = tf.saved_model.load(str(saved_model_dir)).signatures["serving_default"]
+    return fn(**{k: tf.constant(v) for k, v in inputs.items()})["probabilities"].numpy()
+
+
+def test_log_model_serves_raw_images(cfg, project, saved_models):
+    import mlflow
+
+    from tfpipe import tracking
+
+    example = np.random.default_rng(0).integers(0, 256, size=(2, 8, 8, 3), dtype=np.uint8)
+    with tracking.start_run(cfg, project, stage="train") as run:
+        model_uri = run.log_model(saved_models["image"], modality="image", input_example=example,
+                                  class_names=IMAGE_CLASSES)
+    assert model_uri.startswith("models:/")
+    assert _client(project).get_run(run.run_id).data.tags["model_uri"] == model_uri
+
+    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
+    served = mlflow.pyfunc.load_model(f"runs:/{run.run_id}/model")
+    assert served.metadata.metadata["class_names"] == IMAGE_CLASSES
+    assert served.metadata.get_input_schema().inputs[0].shape == (-1, 8, 8, 3)
+    images = np.random.default_rng(1).integers(0, 256, size=(5, 8, 8, 3), dtype=np.uint8)
+    predictions = served.predict(images)
+    assert isinstance(predictions, np.ndarray) and predictions.dtype == np.float32 and predictions.shape == (5, 3)
+    np.testing.assert_allclose(predictions.sum(axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(predictions, _direct(saved_models["image"], image=images), atol=1e-6)
+    assert mlflow.pyfunc.load_model(model_uri).predict(images[:1]).shape == (1, 3)
+
+
+def test_log_model_serves_raw_texts(cfg, project, saved_models):
+    import mlflow
+    import pandas as pd
+
+    from tfpipe import tracking
+
+    with tracking.start_run(cfg, project, stage="train") as run:
+        model_uri = run.log_model(saved_models["text"], modality="text", input_example=["good film", "awful film"],
+                                  class_names=["neg", "pos"])
+    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
+    served = mlflow.pyfunc.load_model(model_uri)
+    texts = ["a good great film", "bad and awful", "unknown words"]
+    expected = _direct(saved_models["text"], text=texts)
+    for raw in (texts, np.array(texts), pd.DataFrame({"text": texts})):
+        predictions = served.predict(raw)
+        assert predictions.shape == (3, 2) and predictions.dtype == np.float32
+        np.testing.assert_allclose(predictions, expected, atol=1e-6)
+
+
+def test_log_model_refuses_a_missing_saved_model(cfg, project, tmp_path):
+    from tfpipe import tracking
+
+    with tracking.start_run(cfg, project, stage="train") as run:
+        with pytest.raises(TrackingError, match="saved_model.pb"):
+            run.log_model(tmp_path / "nope", modality="image", class_names=["a"])
+
+
+def test_log_latest_checkpoint_logs_only_the_newest(cfg, project, tmp_path):
+    from tfpipe import tracking
+
+    ckpt = tmp_path / "checkpoints"
+    ckpt.mkdir()
+    for step in (1, 2):
+        (ckpt / f"ckpt-{step}.index").write_bytes(b"i")
+        (ckpt / f"ckpt-{step}.data-00000-of-00001").write_bytes(b"d")
+    (ckpt / "checkpoint").write_text('model_checkpoint_path: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-1"\n'
+                                     'all_model_checkpoint_paths: "ckpt-2"\n')
+    (ckpt / "history.json").write_text("[]")
+    with tracking.start_run(cfg, project, stage="train") as run:
+        assert run.log_latest_checkpoint(ckpt) == "ckpt-2"
+    logged = {a.path for a in _client(project).list_artifacts(run.run_id, "checkpoints")}
+    assert logged == {"checkpoints/checkpoint", "checkpoints/ckpt-2.index", "checkpoints/ckpt-2.data-00000-of-00001",
+                      "checkpoints/history.json"}
+    state = project / "mlartifacts" / run.run_id / "artifacts" / "checkpoints" / "checkpoint"
+    assert 'model_checkpoint_path: "ckpt-2"' in state.read_text() and "ckpt-1" not in state.read_text()
