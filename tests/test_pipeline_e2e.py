@@ -23,7 +23,7 @@ PROJECT_FILES = ["conf", "pipeline", "src", "dvc.yaml", "params.yaml", "MLprojec
                  "requirements.lock", "pyproject.toml", ".gitignore", ".dvcignore", ".dvc/config"]
 # Shrinks the default config to seconds: a few dozen examples, small model, one epoch.
 TINY = ["experiment=smoke", "data.source=directory", "model.filters=[8,8]", "model.dense_units=16",
-        "train.batch_size_per_replica=8"]
+        "train.batch_size_per_replica=8", "train.log_every_steps=1"]
 
 pytestmark = pytest.mark.slow
 
@@ -109,8 +109,9 @@ def test_dvc_repro_produces_a_complete_mlflow_run(repro_project):
     plots = {a.path for a in client.list_artifacts(run_id, "plots")}
     assert {"plots/history.csv", "plots/confusion_matrix.csv", "plots/confusion_matrix.png"} <= plots
 
-    digests = [d.dataset.digest for d in run.inputs.dataset_inputs]
-    assert tags["data.manifest_digest"][:8] in " ".join(digests) or digests, digests
+    inputs = {d.dataset.name: d.dataset.digest for d in run.inputs.dataset_inputs}
+    assert set(inputs) == {"cifar10-train", "cifar10-test"}, inputs
+    assert all(tags["data.manifest_digest"].startswith(digest) for digest in inputs.values()), inputs
 
 
 def test_logged_model_serves_raw_images(repro_project):

@@ -22,6 +22,7 @@ HISTORY_CSV = "plots/history.csv"
 EVAL_METRICS = "metrics/eval.json"
 CONFUSION_CSV = "plots/confusion_matrix.csv"
 CONFUSION_PNG = "plots/confusion_matrix.png"
+TRAINING_STATE = "training_state.json"  # in models/<dataset>/: which config the checkpoints belong to
 
 
 def model_dir(cfg: Config, root: Path) -> Path:
@@ -55,7 +56,12 @@ def run_train(cfg: Config, root: Path):
         run.set_tags(tracking.run_tags(cfg, None, digest, prov))
         run.log_dataset(manifest, digest, prepared, context="train")
         out = model_dir(cfg, root)
+        fingerprint = _training_fingerprint(cfg, digest)
+        _clear_unless_resumable(out, fingerprint)
+        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        (out / "checkpoints" / "fingerprint.txt").write_text(fingerprint + "\n")
         result = training.train(cfg, prepared_dir=prepared, output_dir=out, sink=run)
+        _write_json(out / TRAINING_STATE, {"fingerprint": fingerprint, "complete": True})
         run.set_tags(tracking.run_tags(cfg, result.strategy, digest, prov))
         run.log_metrics(_prefixed(result.final_metrics, "final_"), step=len(result.history))
 
@@ -70,7 +76,8 @@ def run_train(cfg: Config, root: Path):
         _write_history(root / HISTORY_CSV, result.history)
         run.log_artifact(root / TRAIN_METRICS, "metrics")
         run.log_artifact(root / HISTORY_CSV, "plots")
-        run.log_artifacts(result.checkpoint_dir, "checkpoints")
+        run.log_latest_checkpoint(result.checkpoint_dir)
+        run.log_provenance(prov)
         run.log_artifacts(result.saved_model_dir, "saved_model")
         if cfg.tracking.log_model:
             run.log_model(
@@ -144,6 +151,37 @@ def _rooted(cfg: Config, root: Path) -> Config:
 
     data_cfg = dataclasses.replace(cfg.data, path=rooted(cfg.data.path), output_dir=rooted(cfg.data.output_dir))
     return dataclasses.replace(cfg, data=data_cfg)
+
+
+def _training_fingerprint(cfg: Config, manifest_digest: str) -> str:
+    """What the checkpoints depend on: everything but tracking, plus the exact prepared data."""
+    import hashlib
+
+    relevant = {k: v for k, v in cfg.to_dict().items() if k != "tracking"}
+    relevant["manifest_digest"] = manifest_digest
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
+
+
+def _clear_unless_resumable(out: Path, fingerprint: str) -> None:
+    """Keep checkpoints only to resume an interrupted run of this very config; otherwise start clean.
+
+    `dvc repro` deletes models/<dataset> itself before training; `mlflow run` and hand-run stages
+    do not, and must neither resume another config's weights nor 'resume' a finished run.
+    """
+    import shutil
+
+    state_file = out / TRAINING_STATE
+    if not out.exists():
+        return
+    state = json.loads(state_file.read_text()) if state_file.is_file() else None
+    if state is None and (out / "checkpoints").is_dir():
+        # Interrupted before the first run finished: resume only if the checkpoints record this config.
+        started = out / "checkpoints" / "fingerprint.txt"
+        if started.is_file() and started.read_text().strip() == fingerprint:
+            log.info("resuming the interrupted training in %s", out)
+            return
+    log.info("starting fresh: removing %s (%s)", out, "finished run" if state else "other or unknown config")
+    shutil.rmtree(out)
 
 
 def _prefixed(metrics: dict, prefix: str) -> dict:
