@@ -31,6 +31,8 @@ def main(stage: str, run: Callable, description: str) -> None:
     overrides = [part for arg in args.overrides for part in shlex.split(arg)]
 
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {stage} %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("tensorflow", "absl", "h5py"):  # their INFO lines drown the stage's own
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     root = Path.cwd()
     sys.exit(_run_guarded(stage, run, overrides, args.params, root, args.debug))
 

@@ -237,3 +237,20 @@ def test_explicit_validation_split_folder(image_dir, tmp_path, make_config):
     counts = {split: info["num_examples"] for split, info in manifest["splits"].items()}
     assert counts == {"train": 24, "validation": 9, "test": 9}
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["config"]["data"]["validation_split"] == "val"
+
+
+def test_vocab_tokens_with_unicode_line_separators_round_trip(tmp_path, make_config):
+    """Real IMDb reviews hold U+0085 inside tokens: vocab.txt must still read back one token a line."""
+    src = tmp_path / "src"
+    for split in ("train", "test"):
+        for cls in ("neg", "pos"):
+            (src / split / cls).mkdir(parents=True)
+            for i in range(6):
+                (src / split / cls / f"{i}_5.txt").write_text(f"{cls} odd\x85token line\u2028sep {i}", encoding="utf-8")
+    _prepare(make_config, src, tmp_path / "out", "dataset=imdb")
+    vocab = data.read_vocab(tmp_path / "out")
+    assert "" not in vocab and len(vocab) == len(set(vocab))
+    assert "odd\x85token" in vocab
+    from tfpipe.models import make_text_vectorizer
+
+    make_text_vectorizer(vocab, 8)  # refuses repeated or empty terms

@@ -27,7 +27,7 @@ def build_vocab(shard_paths: list, output: Path, max_tokens: int) -> int:
     layer = keras.layers.TextVectorization(max_tokens=int(max_tokens))
     layer.adapt(texts)
     tokens = layer.get_vocabulary(include_special_tokens=False)
-    # A token can never hold a newline after whitespace splitting, so one line per token is unambiguous.
+    # A token never holds "\n" after whitespace splitting, so one line per token is unambiguous.
     with open(output, "w", encoding="utf-8", newline="\n") as fh:
         for token in tokens:
             fh.write(f"{token}\n")
@@ -42,4 +42,7 @@ def read_vocab(prepared_dir: str | os.PathLike) -> list:
     path = Path(prepared_dir) / name
     if not path.is_file():
         raise DataError(f"{path}: vocabulary file is missing; run the prepare stage again")
-    return path.read_text(encoding="utf-8").splitlines()
+    # Split on "\n" only: str.splitlines() would also split tokens holding U+0085 or U+2028,
+    # which TextVectorization keeps inside tokens (real IMDb reviews have them).
+    text = path.read_text(encoding="utf-8")
+    return text[:-1].split("\n") if text.endswith("\n") else text.split("\n") if text else []
