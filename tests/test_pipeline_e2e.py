@@ -189,3 +189,37 @@ def test_mlflow_run_logs_into_the_run_it_created(repro_project):
     assert "test_accuracy" in newest.data.metrics and "train_loss" in newest.data.metrics
     assert newest.data.params["data.source"] == "directory"
     assert newest.data.tags.get("mlflow.project.entryPoint") == "main"
+
+
+@pytest.mark.real_data
+def test_mlflow_run_on_a_real_cifar10_subset(tmp_path, image_dir, text_dir):
+    """The whole pipeline (`mlflow run .`, all stages) on a few hundred real CIFAR-10 images."""
+    from test_data_real import CASES, SHARED, _extract_subset
+
+    archive_name, pattern, _, _ = CASES["cifar10"]
+    if not (SHARED / archive_name).is_file():
+        pytest.skip(f"{SHARED / archive_name} not found (real data lives in ../shared/datasets)")
+    raw = _extract_subset(SHARED / archive_name, pattern, {"train": 40, "test": 10}, tmp_path / "raw")
+    project, env = _make_project(tmp_path, image_dir, text_dir)
+    overrides = f"data.source=directory data.path={raw} train.epochs=2 train.batch_size_per_replica=32"
+    out = _run([sys.executable, "-m", "mlflow", "run", ".", "--env-manager", "local", "--experiment-name", "tfpipe",
+                "-P", f"overrides={overrides}"], project, env)
+    client = _client(project)
+    run = client.search_runs([client.get_experiment_by_name("tfpipe").experiment_id])[0]
+    assert run.info.run_id in out and run.info.status == "FINISHED"
+    assert run.data.metrics["test_num_examples"] == 100
+    assert len(client.get_metric_history(run.info.run_id, "val_accuracy")) == 2
+    manifest = json.loads((project / "data" / "prepared" / "cifar10" / "manifest.json").read_text())
+    assert manifest["class_names"][:3] == ["airplane", "automobile", "bird"]
+    assert manifest["splits"]["train"]["num_examples"] + manifest["splits"]["validation"]["num_examples"] == 400
+
+    import mlflow
+    from PIL import Image
+
+    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
+    model = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")
+    real = sorted((raw / "test" / "cat").glob("*.jpg"))[:2]
+    images = np.stack([np.asarray(Image.open(p).convert("RGB"), dtype=np.uint8) for p in real])
+    probabilities = np.asarray(model.predict(images))
+    assert probabilities.shape == (2, 10)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-4)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import keras
 from keras import layers
 
+from tfpipe.models.head import classifier_head
+
 
 def build_cnn(cfg, num_classes: int) -> keras.Model:
     """The seeds' CIFAR-10 CNN: per entry of model.filters a conv3x3+relu block (max-pooled,
@@ -24,9 +26,5 @@ def build_cnn(cfg, num_classes: int) -> keras.Model:
         if not last and min(x.shape[1], x.shape[2]) >= 2:
             x = layers.MaxPooling2D(2, name=f"pool{i}")(x)
     x = layers.Flatten(name="flatten")(x)
-    x = layers.Dense(cfg.model.dense_units, activation="relu", name="dense")(x)
-    if cfg.model.dropout > 0:
-        x = layers.Dropout(cfg.model.dropout, name="dropout")(x)
-    x = layers.Dense(num_classes, dtype="float32", name="logits")(x)
-    outputs = layers.Activation("softmax", dtype="float32", name="probabilities")(x)
+    outputs = classifier_head(x, cfg.model, num_classes)
     return keras.Model(inputs, outputs, name="cnn")

@@ -8,6 +8,8 @@ from typing import Sequence
 import keras
 from keras import layers
 
+from tfpipe.models.head import classifier_head
+
 NUM_SPECIAL_TOKENS = 2  # padding '' and OOV '[UNK]', prepended by TextVectorization
 
 
@@ -33,9 +35,5 @@ def build_embedding_gap(cfg, num_classes: int, vocab_size: int) -> keras.Model:
     inputs = keras.Input(shape=(cfg.dataset.sequence_length,), dtype="int64", name="tokens")
     x = layers.Embedding(vocab_size + NUM_SPECIAL_TOKENS, cfg.model.embedding_dim, mask_zero=False, name="embedding")(inputs)
     x = layers.GlobalAveragePooling1D(name="pool")(x)
-    x = layers.Dense(cfg.model.dense_units, activation="relu", name="dense")(x)
-    if cfg.model.dropout > 0:
-        x = layers.Dropout(cfg.model.dropout, name="dropout")(x)
-    x = layers.Dense(num_classes, dtype="float32", name="logits")(x)
-    outputs = layers.Activation("softmax", dtype="float32", name="probabilities")(x)
+    outputs = classifier_head(x, cfg.model, num_classes)
     return keras.Model(inputs, outputs, name="embedding_gap")
