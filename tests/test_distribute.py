@@ -75,3 +75,111 @@ def test_new_strategies_plug_into_the_registry():
         assert "test_only_cpu" in distribute.available_strategies()
     finally:
         distribute.STRATEGY_BUILDERS.pop("test_only_cpu")
+
+
+# ----------------------------------------------------------------------------- issue 3: every strategy
+
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from tfpipe.errors import ConfigError, UserError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Logical CPUs must be configured before TF initialises its devices, so the multi-replica local
+# strategies train in one fresh process (the way `python -m pipeline.train` starts).
+_LOCAL_SCRIPT = r"""
+import json, sys
+from tfpipe import config, training
+prepared, out = sys.argv[1], sys.argv[2]
+results = {}
+for strategy, precision in [("mirrored", "float32"), ("central_storage", "mixed_bfloat16"), ("mirrored", "mixed_float16")]:
+    cfg = config.compose(["model.filters=[4]", "model.dense_units=8", "train.batch_size_per_replica=2",
+                          "train.epochs=3", "train.optimizer.learning_rate=0.01", f"strategy={strategy}",
+                          f"precision={precision}", "train.lr_scaling=linear"], config_dir=sys.argv[3])
+    r = training.train(cfg, prepared_dir=prepared, output_dir=f"{out}/{strategy}-{precision}")
+    import tensorflow as tf
+    fn = tf.saved_model.load(str(r.saved_model_dir)).signatures["serving_default"]
+    probs = fn(image=tf.zeros([2, 32, 32, 3], tf.uint8))["probabilities"]
+    results[f"{strategy}-{precision}"] = {"strategy": r.strategy, "losses": [h["epoch_train_loss"] for h in r.history],
+        "global_batch": r.global_batch_size, "out_dtype": probs.dtype.name, "precision": r.precision}
+print("RESULT " + json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def local_multi_replica(prepared_image, tmp_path_factory):
+    out = tmp_path_factory.mktemp("local_strategies")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", _LOCAL_SCRIPT, str(prepared_image.prepared_dir), str(out),
+                           str(ROOT / "conf")], env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.parametrize("key, cls", [("mirrored-float32", "MirroredStrategy"),
+                                      ("central_storage-mixed_bfloat16", "CentralStorageStrategy"),
+                                      ("mirrored-mixed_float16", "MirroredStrategy")])
+def test_local_multi_replica_strategies_train_on_logical_cpus(local_multi_replica, key, cls):
+    r = local_multi_replica[key]
+    assert r["strategy"]["name"] == cls
+    assert r["strategy"]["num_replicas_in_sync"] == 2 and len(r["strategy"]["devices"]) == 2
+    assert r["global_batch"] == 4  # 2 per replica x 2 replicas
+    assert r["losses"][-1] < r["losses"][0], r["losses"]
+    assert r["out_dtype"] == "float32"
+    assert r["precision"] == key.split("-", 1)[1]
+
+
+def test_logical_cpus_after_tf_started_is_a_clear_error():
+    tf.config.list_logical_devices("CPU")  # TF is initialised in this process by now
+    have = len(tf.config.list_logical_devices("CPU"))
+    cfg = StrategyConfig(name="mirrored", device=None, num_logical_cpus=have + 3)
+    with pytest.raises(UserError, match="strategy.num_logical_cpus"):
+        distribute.build_strategy(cfg)
+
+
+def test_mirrored_over_an_explicit_device_list():
+    strategy = distribute.build_strategy(StrategyConfig(name="mirrored", device=None, devices=["/cpu:0"]))
+    assert isinstance(strategy, tf.distribute.MirroredStrategy) and strategy.num_replicas_in_sync == 1
+
+
+def test_tpu_without_a_tpu_fails_at_start_with_a_clear_message():
+    with pytest.raises(UserError) as err:
+        distribute.build_strategy(StrategyConfig(name="tpu", device=None))
+    message = str(err.value)
+    assert message.startswith("strategy.name=tpu") and "no TPU reachable" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name", ["multi_worker_mirrored", "parameter_server"])
+def test_multi_process_strategies_need_tf_config(name, monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(UserError, match="TF_CONFIG: not set"):
+        distribute.build_strategy(StrategyConfig(name=name, device=None))
+
+
+def test_every_strategy_option_composes(make_config):
+    from tfpipe.config import STRATEGIES
+
+    for name in STRATEGIES:
+        assert make_config(f"strategy={name}").strategy.name == name
+    ps = make_config("strategy=parameter_server", "strategy.max_shards=4")
+    assert (ps.strategy.num_workers, ps.strategy.num_ps, ps.strategy.max_shards) == (2, 1, 4)
+    assert make_config("strategy=multi_worker_mirrored").strategy.communication == "auto"
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (("strategy=multi_worker_mirrored", "strategy.communication=mpi"), "strategy.communication='mpi'"),
+    (("strategy=parameter_server", "strategy.num_ps=0"), "strategy.num_ps=0"),
+    (("strategy=parameter_server", "train.grad_accumulation_steps=2"), "train.grad_accumulation_steps=2"),
+    (("train.grad_accumulation_steps=2", "train.steps_per_epoch=3"), "multiple of train.grad_accumulation_steps"),
+    (("train.lr_scaling=sqrt",), "train.lr_scaling='sqrt'"),
+    (("strategy=mirrored", "strategy.devices=[]"), "strategy.devices"),
+])
+def test_bad_distributed_settings_are_refused(make_config, overrides, needle):
+    with pytest.raises(ConfigError) as err:
+        make_config(*overrides)
+    assert needle in str(err.value)

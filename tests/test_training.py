@@ -274,3 +274,48 @@ def test_text_model_trains_on_token_ids_and_serves_raw_strings(prepared_text, tm
 
 def test_sink_protocol_is_structural():
     assert isinstance(ListSink(), training.MetricsSink)
+
+
+# ----------------------------------------------------------------------------- accumulation, lr scaling
+
+
+def _one_sgd_step(prepared_image, out, *overrides):
+    cfg = _cfg("model.filters=[4]", "model.dense_units=8", "train.epochs=1", "train.optimizer.name=sgd",
+               "train.optimizer.momentum=0.0", "train.optimizer.learning_rate=0.5", *overrides)
+    result = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out)
+    images, _ = _test_images(prepared_image.prepared_dir)
+    return result, _serve(result.saved_model_dir, image=images)
+
+
+def test_grad_accumulation_equals_one_step_on_the_larger_batch(prepared_image, tmp_path):
+    big, big_probs = _one_sgd_step(prepared_image, tmp_path / "big", "train.batch_size_per_replica=8",
+                                   "train.steps_per_epoch=1")
+    acc, acc_probs = _one_sgd_step(prepared_image, tmp_path / "acc", "train.batch_size_per_replica=4",
+                                   "train.grad_accumulation_steps=2", "train.steps_per_epoch=2")
+    small, small_probs = _one_sgd_step(prepared_image, tmp_path / "small", "train.batch_size_per_replica=4",
+                                       "train.steps_per_epoch=1")
+    assert big.steps == acc.steps == small.steps == 1  # one optimizer step each
+    np.testing.assert_allclose(acc_probs, big_probs, atol=2e-5)
+    assert np.abs(small_probs - big_probs).max() > 1e-4  # half the batch is a different step
+    assert acc.history[0]["epoch_train_loss"] == pytest.approx(big.history[0]["epoch_train_loss"], rel=1e-5)
+
+
+def test_linear_lr_scaling_multiplies_the_peak_by_the_replicas(make_config):
+    linear = make_config("train.lr_scaling=linear", "train.optimizer.learning_rate=0.01",
+                         "train.lr_schedule.warmup_epochs=1", "train.epochs=2").train
+    assert training.lr_scale(linear, 4) == 4.0
+    assert training.lr_scale(make_config().train, 4) == 1.0
+    schedule = training.make_lr_schedule(linear, steps_per_epoch=10, scale=training.lr_scale(linear, 4))
+    assert float(schedule(0)) == pytest.approx(0.04 / 10)  # warm-up starts low (Goyal et al.)
+    assert float(schedule(9)) == pytest.approx(0.04)
+    assert float(schedule(15)) == pytest.approx(0.04)
+
+
+def test_batches_per_pipeline_never_leaves_a_worker_short():
+    inputs = training._Inputs(modality="image", num_classes=3, class_names=list("abc"), num_train_examples=21,
+                              train_shard_sizes=[8, 8, 5])
+    assert training._batches_per_pipeline(inputs, 1, 4) == 5
+    # 2 workers, whole files: {8+5, 8} examples, 2 per worker per step -> the 8-example worker has 4 steps
+    assert training._batches_per_pipeline(inputs, 2, 4) == 4
+    # 4 workers > 3 files: every 4th record -> 5 examples each at least -> 5 // 2
+    assert training._batches_per_pipeline(inputs, 4, 8) == 2

@@ -29,7 +29,10 @@ MODALITIES = ("image", "text")
 IMAGE_MODELS = ("cnn",)
 TEXT_MODELS = ("embedding_gap",)
 MODELS = IMAGE_MODELS + TEXT_MODELS
-STRATEGIES = ("one_device", "auto")
+STRATEGIES = ("one_device", "auto", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server", "tpu")
+MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
+COMMUNICATIONS = ("auto", "ring", "nccl")
+LR_SCALINGS = ("none", "linear")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 LR_SCHEDULES = ("constant", "cosine")
@@ -79,6 +82,14 @@ class DataConfig:
 class StrategyConfig:
     name: str = "one_device"
     device: Optional[str] = "/cpu:0"
+    devices: Optional[List[str]] = None  # mirrored/central_storage: explicit device list
+    num_logical_cpus: int = 0  # >1: split the CPU into N logical devices (replicas) at process start
+    communication: str = "auto"  # multi_worker_mirrored collectives: auto | ring | nccl
+    num_workers: int = 2  # local launcher: worker processes (multi_worker_mirrored, parameter_server)
+    num_ps: int = 1  # local launcher: parameter-server processes (parameter_server)
+    min_shard_bytes: int = 262144  # parameter_server partitioner: smallest variable shard
+    max_shards: int = 1  # parameter_server partitioner: 1 = no partitioning
+    tpu: Optional[str] = None  # tpu: TPUClusterResolver name/address ('' or null: local TPU)
 
 
 @dataclass
@@ -106,12 +117,20 @@ class TrainConfig:
     batch_size_per_replica: int = 64
     steps_per_epoch: Optional[int] = None
     seed: int = 42
+    deterministic: bool = True
     shuffle_buffer: int = 10000
     cache: bool = True
     label_smoothing: float = 0.0
     checkpoint_every_steps: int = 500
     max_checkpoints_to_keep: int = 3
     log_every_steps: int = 50
+    lr_scaling: str = "none"
+    grad_accumulation_steps: int = 1
+    tensorboard: bool = True  # monitoring: TensorBoard summaries (tfpipe.monitoring)
+    tensorboard_dir: str = "tensorboard"  # relative to models/<dataset>/ (absolute: as given)
+    histogram_every_epochs: int = 1  # weight histograms every N epochs; 0: none
+    profile_steps: Optional[str] = None  # 'FIRST-LAST' global steps to trace with the profiler
+    log_device_placement: bool = False  # tf.debugging.set_log_device_placement while training
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
 
@@ -354,15 +373,45 @@ def validate(cfg: Config) -> None:
         raise ConfigError("data.output_dir: empty; name the folder for the prepared TFRecords")
 
     _choice("strategy.name", cfg.strategy.name, STRATEGIES)
+    st = cfg.strategy
+    _choice("strategy.communication", st.communication, COMMUNICATIONS)
+    _non_negative("strategy.num_logical_cpus", st.num_logical_cpus)
+    _positive("strategy.num_workers", st.num_workers)
+    _positive("strategy.min_shard_bytes", st.min_shard_bytes)
+    _positive("strategy.max_shards", st.max_shards)
+    if st.name == "parameter_server":
+        _positive("strategy.num_ps", st.num_ps)
+    if st.devices is not None and not st.devices:
+        raise ConfigError("strategy.devices=[]: give at least one device, or null for all devices")
     _choice("precision.policy", cfg.precision.policy, PRECISIONS)
 
     _positive("train.epochs", tr.epochs)
     _positive("train.batch_size_per_replica", tr.batch_size_per_replica)
     _positive("train.steps_per_epoch", tr.steps_per_epoch, allow_none=True)
     _positive("train.shuffle_buffer", tr.shuffle_buffer)
+    if not isinstance(tr.deterministic, bool):
+        raise ConfigError(f"train.deterministic={tr.deterministic!r}: allowed: true, false")
     _positive("train.checkpoint_every_steps", tr.checkpoint_every_steps)
     _positive("train.max_checkpoints_to_keep", tr.max_checkpoints_to_keep)
     _positive("train.log_every_steps", tr.log_every_steps)
+    _choice("train.lr_scaling", tr.lr_scaling, LR_SCALINGS)
+    _positive("train.grad_accumulation_steps", tr.grad_accumulation_steps)
+    if not tr.tensorboard_dir:
+        raise ConfigError("train.tensorboard_dir: empty; name the TensorBoard log folder (relative to models/<dataset>)")
+    _non_negative("train.histogram_every_epochs", tr.histogram_every_epochs)
+    from tfpipe.monitoring import parse_profile_steps
+
+    parse_profile_steps(tr.profile_steps)  # 'FIRST-LAST', 1 <= FIRST <= LAST
+    if tr.grad_accumulation_steps > 1 and st.name == "parameter_server":
+        raise ConfigError(
+            f"train.grad_accumulation_steps={tr.grad_accumulation_steps}: not supported with strategy.name="
+            "parameter_server (asynchronous updates); allowed: 1"
+        )
+    if tr.steps_per_epoch is not None and tr.steps_per_epoch % tr.grad_accumulation_steps:
+        raise ConfigError(
+            f"train.steps_per_epoch={tr.steps_per_epoch}: must be a multiple of train.grad_accumulation_steps "
+            f"({tr.grad_accumulation_steps})"
+        )
     if not 0.0 <= tr.label_smoothing < 1.0:
         raise ConfigError(f"train.label_smoothing={tr.label_smoothing!r}: must be in [0, 1)")
     _choice("train.optimizer.name", tr.optimizer.name, OPTIMIZERS)

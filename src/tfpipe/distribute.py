@@ -1,9 +1,11 @@
 """The one tf.distribute strategy factory.
 
 `build_strategy(cfg.strategy)` looks the name up in `STRATEGY_BUILDERS`, a registry of
-`name -> builder(strategy_cfg) -> tf.distribute.Strategy`. New strategies (mirrored,
-central_storage, multi_worker_mirrored, parameter_server, tpu) are added with `register()`
-without touching the callers; `tfpipe.config.STRATEGIES` lists the names the config accepts.
+`name -> builder(strategy_cfg) -> tf.distribute.Strategy`: one_device, auto, mirrored and
+central_storage (over GPUs, or `num_logical_cpus` logical CPUs set up by `configure_devices` before TF
+initialises), multi_worker_mirrored and parameter_server (from TF_CONFIG, see `tfpipe.cluster`; ps and
+worker tasks of parameter_server run `run_server`), tpu (a TPUStrategy, or a one-line UserError where no
+TPU is reachable). `tfpipe.config.STRATEGIES` lists the names the config accepts.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import logging
 from typing import Any, Callable, Dict
 
 import tensorflow as tf
+
+from tfpipe.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +71,119 @@ def _auto(strategy_cfg) -> tf.distribute.Strategy:
     return tf.distribute.OneDeviceStrategy("/cpu:0")
 
 
+def configure_devices(strategy_cfg) -> None:
+    """Split the CPU into `strategy.num_logical_cpus` logical devices. Must run before TF initialises
+    its devices (the start of the train process); later, it only checks enough devices exist."""
+    n = int(getattr(strategy_cfg, "num_logical_cpus", 0) or 0)
+    if n <= 1 or tf.config.list_physical_devices("GPU"):
+        return
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
+    except RuntimeError:
+        have = len(tf.config.list_logical_devices("CPU"))
+        if have < n:
+            raise UserError(
+                f"strategy.num_logical_cpus={n}: TensorFlow already started with {have} CPU device(s) in this "
+                f"process; the logical CPUs must be configured before TF initialises (use a fresh process)"
+            ) from None
+
+
+def _local_devices(strategy_cfg) -> list:
+    devices = list(getattr(strategy_cfg, "devices", None) or [])
+    if devices:
+        return devices
+    gpus = _gpus()
+    if gpus:
+        return [g.name for g in gpus]
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    n = int(getattr(strategy_cfg, "num_logical_cpus", 0) or 0)
+    return cpus[: max(n, 1)]
+
+
+@register("mirrored")
+def _mirrored(strategy_cfg) -> tf.distribute.Strategy:
+    configure_devices(strategy_cfg)
+    devices = _local_devices(strategy_cfg)
+    cross = None if _gpus() else tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0")
+    return tf.distribute.MirroredStrategy(devices, cross_device_ops=cross)
+
+
+@register("central_storage")
+def _central_storage(strategy_cfg) -> tf.distribute.Strategy:
+    configure_devices(strategy_cfg)
+    devices = _local_devices(strategy_cfg)
+    parameter_device = getattr(strategy_cfg, "device", None) or "/cpu:0"
+    return tf.distribute.experimental.CentralStorageStrategy(devices, parameter_device=parameter_device)
+
+
+def _tf_config_resolver(strategy_cfg):
+    from tfpipe import cluster
+
+    spec = cluster.read_tf_config()  # UserError when TF_CONFIG is missing or malformed
+    return tf.distribute.cluster_resolver.TFConfigClusterResolver(), spec
+
+
+@register("multi_worker_mirrored")
+def _multi_worker_mirrored(strategy_cfg) -> tf.distribute.Strategy:
+    resolver, _ = _tf_config_resolver(strategy_cfg)
+    impl = tf.distribute.experimental.CommunicationImplementation
+    communication = {"auto": impl.AUTO, "ring": impl.RING, "nccl": impl.NCCL}[getattr(strategy_cfg, "communication", "auto")]
+    options = tf.distribute.experimental.CommunicationOptions(implementation=communication)
+    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+
+
+@register("parameter_server")
+def _parameter_server(strategy_cfg) -> tf.distribute.Strategy:
+    resolver, _ = _tf_config_resolver(strategy_cfg)
+    max_shards = int(getattr(strategy_cfg, "max_shards", 1) or 1)
+    partitioner = None
+    if max_shards > 1:
+        partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+            min_shard_bytes=int(strategy_cfg.min_shard_bytes), max_shards=max_shards
+        )
+    return tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+
+
+@register("tpu")
+def _tpu(strategy_cfg) -> tf.distribute.Strategy:
+    name = getattr(strategy_cfg, "tpu", None) or ""
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=name)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    except Exception as exc:  # no TPU here: the resolver or the TPU system init fails
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise UserError(
+            f"strategy.name=tpu (strategy.tpu={name or None!r}): no TPU reachable ({type(exc).__name__}: {first}); "
+            f"use another strategy on this host, e.g. strategy=one_device or strategy=mirrored"
+        ) from None
+
+
+def run_server(strategy_cfg) -> None:
+    """A parameter_server worker or ps task: serve the cluster from TF_CONFIG until killed."""
+    import os
+
+    from tfpipe import cluster
+
+    spec = cluster.read_tf_config()
+    os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    server = tf.distribute.Server(resolver.cluster_spec(), job_name=spec["task"]["type"],
+                                  task_index=spec["task"]["index"], protocol="grpc", start=True)
+    log.info("%s:%d serving at %s", spec["task"]["type"], spec["task"]["index"], server.target)
+    server.join()
+
+
+def is_coordinated(strategy: tf.distribute.Strategy) -> bool:
+    """Whether steps are scheduled by a ClusterCoordinator (parameter-server training)."""
+    return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+
+
 def worker_count(strategy: tf.distribute.Strategy) -> int:
     """Number of worker tasks (chief + workers) of a multi-worker strategy; 1 for local ones."""
-    resolver = getattr(strategy, "cluster_resolver", None)
+    resolver = getattr(strategy, "cluster_resolver", None) or getattr(strategy, "_cluster_resolver", None)
     if resolver is None:
         return 1
     try:
@@ -77,7 +191,8 @@ def worker_count(strategy: tf.distribute.Strategy) -> int:
         jobs = spec.jobs
     except Exception:  # a resolver without a cluster (local)
         return 1
-    count = sum(spec.num_tasks(job) for job in ("chief", "worker") if job in jobs)
+    jobs_counted = ("worker",) if is_coordinated(strategy) else ("chief", "worker")
+    count = sum(spec.num_tasks(job) for job in jobs_counted if job in jobs)
     return max(count, 1)
 
 

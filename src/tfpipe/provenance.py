@@ -175,3 +175,14 @@ def environment() -> dict:
         "num_cpus": num_cpus,
         "gpus": gpus(),
     }
+
+
+def pip_freeze() -> str:
+    """Every installed distribution as sorted `name==version` lines (what `pip freeze` lists for
+    non-editable installs), read from package metadata without starting pip."""
+    seen = {}
+    for dist in metadata.distributions():
+        name = (dist.metadata.get("Name") or "").strip()
+        if name and name.lower() not in seen:
+            seen[name.lower()] = f"{name}=={dist.version}"
+    return "\n".join(seen[k] for k in sorted(seen)) + "\n"

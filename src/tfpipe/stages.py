@@ -41,28 +41,38 @@ def run_prepare(cfg: Config, root: Path) -> dict:
 
 def run_train(cfg: Config, root: Path):
     """Prepared data -> trained model, SavedModel, train metrics and history, one MLflow run."""
-    from tfpipe import data, provenance, tracking, training
+    from tfpipe import cluster, data, provenance, tracking, training
 
     cfg = _rooted(cfg, root)
+    chief = cluster.is_chief()  # from TF_CONFIG; True for single-process strategies
     prepared = Path(cfg.data.output_dir)
     manifest = data.load_manifest(prepared)
     data.verify_shards(prepared, manifest)  # a truncated or altered shard stops us before training
     digest = data.manifest_digest(prepared)
     prov = provenance.collect(root)
 
-    with tracking.start_run(cfg, root, stage="train") as run:
+    with tracking.start_run(cfg, root, stage="train", is_chief=chief) as run:
         run.log_params(cfg.flat())
         run.log_config(cfg.to_dict())
         run.set_tags(tracking.run_tags(cfg, None, digest, prov))
         run.log_dataset(manifest, digest, prepared, context="train")
         out = model_dir(cfg, root)
         fingerprint = _training_fingerprint(cfg, digest)
-        _clear_unless_resumable(out, fingerprint)
-        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-        (out / "checkpoints" / "fingerprint.txt").write_text(fingerprint + "\n")
+        if chief:
+            _clear_unless_resumable(out, fingerprint)
+            (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+            (out / "checkpoints" / "fingerprint.txt").write_text(fingerprint + "\n")
         result = training.train(cfg, prepared_dir=prepared, output_dir=out, sink=run)
+        if not chief:  # only the chief writes the run, metrics, plots and state; workers used scratch dirs
+            return result
         _write_json(out / TRAINING_STATE, {"fingerprint": fingerprint, "complete": True})
         run.set_tags(tracking.run_tags(cfg, result.strategy, digest, prov))
+        if cluster.public_spec():  # jobs -> host:port only
+            run.set_tags({"cluster_spec": json.dumps(cluster.public_spec(), sort_keys=True)})
+        if result.weights_sha256:  # what `audit --rerun` compares for bit-identity
+            (out / "weights.sha256").write_text(result.weights_sha256 + "\n")
+            run.set_tags({"weights.sha256": result.weights_sha256})
+        run.set_tags({f"determinism.{k}": v for k, v in (result.determinism or {}).items()})
         run.log_metrics(_prefixed(result.final_metrics, "final_"), step=len(result.history))
 
         summary = {
@@ -78,7 +88,13 @@ def run_train(cfg: Config, root: Path):
         run.log_artifact(root / HISTORY_CSV, "plots")
         run.log_latest_checkpoint(result.checkpoint_dir)
         run.log_provenance(prov)
+        run.log_text(provenance.pip_freeze(), "provenance/pip_freeze.txt")  # the exact environment
         run.log_artifacts(result.saved_model_dir, "saved_model")
+        from tfpipe.monitoring import log_dir_for
+
+        tensorboard_dir = log_dir_for(cfg.train, out)  # summaries + profiler trace of this run
+        if tensorboard_dir.is_dir():
+            run.log_artifacts(tensorboard_dir, "tensorboard")
         if cfg.tracking.log_model:
             run.log_model(
                 result.saved_model_dir,

@@ -18,13 +18,15 @@ uninterrupted one). Epoch history is kept in `checkpoints/history.json` so it su
 
 Training never imports mlflow: metrics go to an optional `MetricsSink`.
 
-Extending to other strategies (Mirrored, MultiWorkerMirrored, ParameterServer +
-ClusterCoordinator): the strategy comes from `tfpipe.distribute.build_strategy`; datasets are
-already per-input-pipeline functions of an `InputContext`; the replica step functions
-(`Trainer._replica_train_step` / `_replica_eval_step`) are strategy-agnostic. A coordinator-based
-loop only needs another `run_train_epoch` (schedule `train_step` on per-worker iterators).
-Non-chief workers already save checkpoints and the export into a scratch folder (`_is_chief`),
-as multi-worker saving requires every worker to take part.
+Strategies: the strategy comes from `tfpipe.distribute.build_strategy` (one_device, auto, mirrored,
+central_storage, multi_worker_mirrored, parameter_server, tpu). The same replica step runs under all of
+them: synchronous strategies iterate a distributed dataset; parameter_server schedules the step on the
+workers through a `ClusterCoordinator` (`Trainer.run_coordinated_epoch`), each worker reading its shard
+repeated, and evaluates on the chief. Every input pipeline reads exactly `_batches_per_pipeline` batches
+per epoch, so no worker runs out early. `train.grad_accumulation_steps=N` sums gradients over N
+micro-batches per optimizer step (loss averaged over global batch x N); `train.lr_scaling=linear`
+multiplies the peak learning rate by the replica count. Non-chief workers save checkpoints and the
+export into a scratch folder (`_is_chief`), as multi-worker saving requires every worker to take part.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Protocol, runtime_checkable
 
@@ -84,6 +86,8 @@ class TrainResult:
     epochs_run: int = 0  # epochs trained by this call
     initial_epoch: int = 0  # epoch this call started at (> 0 when resumed)
     resumed: bool = False
+    weights_sha256: Optional[str] = None  # determinism.weights_sha256 of the trained model (bit-identity check)
+    determinism: Dict[str, Any] = field(default_factory=dict)  # determinism.setup() settings in force
 
 
 # ----------------------------------------------------------------------------- building blocks
@@ -124,10 +128,16 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
-def make_lr_schedule(train_cfg, steps_per_epoch: int) -> WarmupSchedule:
+def lr_scale(train_cfg, replicas: int) -> float:
+    """train.lr_scaling: none -> 1; linear -> the number of replicas (Goyal et al. 2017, with warm-up)."""
+    return float(max(int(replicas), 1)) if getattr(train_cfg, "lr_scaling", "none") == "linear" else 1.0
+
+
+def make_lr_schedule(train_cfg, steps_per_epoch: int, scale: float = 1.0) -> WarmupSchedule:
     total = max(int(steps_per_epoch) * int(train_cfg.epochs), 1)
     warmup = int(round(train_cfg.lr_schedule.warmup_epochs * steps_per_epoch))
-    return WarmupSchedule(train_cfg.optimizer.learning_rate, total, min(warmup, total), train_cfg.lr_schedule.name)
+    peak = train_cfg.optimizer.learning_rate * scale
+    return WarmupSchedule(peak, total, min(warmup, total), train_cfg.lr_schedule.name)
 
 
 def make_optimizer(train_cfg, learning_rate, policy: str = "float32") -> keras.optimizers.Optimizer:
@@ -168,6 +178,7 @@ class _Inputs:
     num_classes: int
     class_names: List[str]
     num_train_examples: int
+    train_shard_sizes: Optional[List[int]] = None
     image_shape: Optional[List[int]] = None
     vocab_tokens: Optional[List[str]] = None
     sequence_length: Optional[int] = None
@@ -192,6 +203,7 @@ def _read_inputs(cfg, manifest: dict, prepared_dir: Path) -> _Inputs:
         num_classes=int(manifest["num_classes"]),
         class_names=[str(c) for c in manifest["class_names"]],
         num_train_examples=int(manifest["splits"]["train"]["num_examples"]),
+        train_shard_sizes=[int(s.get("num_examples", 0)) for s in manifest["splits"]["train"].get("shards", [])],
     )
     if modality == "image":
         shape = [int(d) for d in manifest["feature_spec"]["image"]["shape"]]
@@ -233,10 +245,17 @@ class Trainer:
         self.policy = policy
         self.num_classes = inputs.num_classes
         self.global_batch_size = cfg.train.batch_size_per_replica * strategy.num_replicas_in_sync
-        self.steps_per_epoch = steps_per_epoch
+        self.accumulation = int(getattr(cfg.train, "grad_accumulation_steps", 1) or 1)
+        self.steps_per_epoch = steps_per_epoch  # optimizer steps
+        self.coordinator = None
+        if distribute.is_coordinated(strategy):
+            self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+        replicas = distribute.worker_count(strategy) if self.coordinator else strategy.num_replicas_in_sync
+        self.lr_scale = lr_scale(cfg.train, replicas)
         with strategy.scope():
             self.model = build_model(cfg, inputs.num_classes, vocab_size=inputs.vocab_size)
-            self.optimizer = make_optimizer(cfg.train, make_lr_schedule(cfg.train, steps_per_epoch), policy)
+            schedule = make_lr_schedule(cfg.train, steps_per_epoch, self.lr_scale)
+            self.optimizer = make_optimizer(cfg.train, schedule, policy)
             # Build now: the checkpoint then restores into existing slots, and LossScaleOptimizer's
             # scale_loss reads its dynamic variable (not the initial constant) inside the step.
             self.optimizer.build(self.model.trainable_variables)
@@ -265,21 +284,33 @@ class Trainer:
         one_hot = tf.one_hot(tf.cast(labels, tf.int32), self.num_classes, dtype=tf.float32)
         return self.loss_fn(one_hot, tf.cast(probabilities, tf.float32))
 
-    def _replica_train_step(self, features, labels):
-        with tf.GradientTape() as tape:
-            probabilities = self.model(features, training=True)
-            per_example = self._per_example_loss(labels, probabilities)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=self.global_batch_size)
-            if self.model.losses:
-                loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
-            scaled = self.optimizer.scale_loss(loss) if precision.needs_loss_scaling(self.policy) else loss
+    def _replica_train_step(self, *micro_batches):
+        """One optimizer step over `grad_accumulation_steps` micro-batches (features, labels): gradients
+        are summed micro-batch by micro-batch with the loss averaged over global batch x N, which equals
+        one step on the N-times larger batch while holding the activations of one micro-batch only."""
         variables = self.model.trainable_variables
-        grads = tape.gradient(scaled, variables)
-        self.optimizer.apply(grads, variables)  # all-reduces (sums) gradients across replicas
-        for metric in (self.epoch_loss, self.window_loss):
-            metric.update_state(per_example)
-        for metric in (self.epoch_acc, self.window_acc):
-            metric.update_state(labels, probabilities)
+        total = None
+        sums = tf.zeros([3], tf.float32)  # loss sum, examples, correct: returned for the coordinator
+        denominator = self.global_batch_size * len(micro_batches)
+        for features, labels in micro_batches:
+            with tf.GradientTape() as tape:
+                probabilities = self.model(features, training=True)
+                per_example = self._per_example_loss(labels, probabilities)
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=denominator)
+                if self.model.losses:
+                    reg = tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
+                    loss += reg / len(micro_batches)
+                scaled = self.optimizer.scale_loss(loss) if precision.needs_loss_scaling(self.policy) else loss
+            grads = tape.gradient(scaled, variables)
+            total = grads if total is None else [a + b for a, b in zip(total, grads)]
+            for metric in (self.epoch_loss, self.window_loss):
+                metric.update_state(per_example)
+            for metric in (self.epoch_acc, self.window_acc):
+                metric.update_state(labels, probabilities)
+            correct = tf.cast(tf.equal(tf.argmax(probabilities, -1, output_type=tf.int64), tf.cast(labels, tf.int64)), tf.float32)
+            sums += tf.stack([tf.reduce_sum(per_example), tf.cast(tf.size(per_example), tf.float32), tf.reduce_sum(correct)])
+        self.optimizer.apply(total, variables)  # all-reduces (sums) gradients across replicas
+        return sums
 
     def _replica_eval_step(self, features, labels):
         probabilities = self.model(features, training=False)
@@ -291,10 +322,23 @@ class Trainer:
     def build_steps(self, train_spec, eval_spec) -> None:
         strategy = self.strategy
 
-        @tf.function(input_signature=[train_spec])
-        def train_step(batch):
-            features, labels = batch
-            strategy.run(self._replica_train_step, args=(features, labels))
+        if self.coordinator is not None:  # parameter_server: steps scheduled on workers, eval on the chief
+            @tf.function
+            def ps_train_step(iterator):
+                batches = tuple(next(iterator) for _ in range(self.accumulation))
+                return strategy.run(self._replica_train_step, args=batches)
+
+            @tf.function(input_signature=[eval_spec])
+            def ps_eval_step(batch):
+                features, labels = batch
+                self._replica_eval_step(features, labels)
+
+            self._train_step, self._eval_step = ps_train_step, ps_eval_step
+            return
+
+        @tf.function(input_signature=[tuple([train_spec] * self.accumulation)])
+        def train_step(batches):
+            strategy.run(self._replica_train_step, args=tuple(batches))
 
         @tf.function(input_signature=[eval_spec])
         def eval_step(batch):
@@ -306,18 +350,42 @@ class Trainer:
     # -- epoch runners (a ClusterCoordinator runner would replace these two)
 
     def run_train_epoch(self, dist_dataset, *, on_step: Callable[[int], None]) -> int:
+        """Optimizer steps over one pass; a tail of fewer than N micro-batches is dropped."""
         steps = 0
+        pending = []
         for batch in dist_dataset:
-            self._train_step(batch)
+            pending.append(batch)
+            if len(pending) < self.accumulation:
+                continue
+            self._train_step(tuple(pending))
+            pending = []
             steps += 1
             on_step(steps)
         return steps
+
+    def run_coordinated_epoch(self, per_worker_iterator, num_steps: int, *, on_step: Callable[[int], None]) -> int:
+        """parameter_server: schedule `num_steps` steps on the workers (asynchronous), then wait."""
+        remote = []
+        for i in range(num_steps):
+            remote.append(self.coordinator.schedule(self._train_step, args=(per_worker_iterator,)))
+            on_step(i + 1)
+        self.coordinator.join()
+        # Metric variables are not shared with the workers: the epoch metrics come from the step results.
+        loss_sum, examples, correct = [float(x) for x in sum(r.fetch() for r in remote)] if remote else (0.0, 0.0, 0.0)
+        for loss_metric, acc_metric in ((self.epoch_loss, self.epoch_acc), (self.window_loss, self.window_acc)):
+            loss_metric.total.assign(loss_sum)
+            loss_metric.count.assign(examples)
+            acc_metric.total.assign(correct)
+            acc_metric.count.assign(examples)
+        return num_steps
 
     def run_eval(self, dist_dataset) -> Dict[str, float]:
         for metric in (self.val_loss, self.val_acc):
             metric.reset_state()
         for batch in dist_dataset:
             self._eval_step(batch)
+        if self.coordinator is not None:
+            self.coordinator.join()
         return {"val_loss": _value(self.val_loss.result()), "val_accuracy": _value(self.val_acc.result())}
 
     def learning_rate(self) -> float:
@@ -344,7 +412,10 @@ def train(cfg, *, prepared_dir, output_dir, sink: Optional[MetricsSink] = None) 
     manifest = data.load_manifest(prepared_dir)
     inputs = _read_inputs(cfg, manifest, prepared_dir)
 
-    keras.utils.set_random_seed(cfg.train.seed)
+    distribute.configure_devices(cfg.strategy)  # logical CPUs: before anything initialises TF's devices
+    from tfpipe import determinism
+
+    determinism_settings = determinism.setup(cfg.train.seed, getattr(cfg.train, "deterministic", True))
     with precision.policy_scope(cfg.precision) as policy:
         strategy = distribute.build_strategy(cfg.strategy)
         tc = cfg.train
@@ -368,7 +439,9 @@ def train(cfg, *, prepared_dir, output_dir, sink: Optional[MetricsSink] = None) 
 
             return fn
 
-        return _run(cfg, strategy, inputs, policy, dataset_fn, output_dir, sink)
+        result = _run(cfg, strategy, inputs, policy, dataset_fn, output_dir, sink)
+        result.determinism = determinism_settings
+        return result
 
 
 def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, output_dir: Path,
@@ -376,9 +449,13 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, output_dir: Pa
     tc = cfg.train
     global_batch = tc.batch_size_per_replica * strategy.num_replicas_in_sync
     # make_dataset drops the remainder of training batches.
-    steps_per_epoch = max(inputs.num_train_examples // global_batch, 1)
-    if tc.steps_per_epoch:
-        steps_per_epoch = min(steps_per_epoch, tc.steps_per_epoch)
+    # parameter_server workers read their shards repeated: steps count over all workers together
+    pipelines = 1 if distribute.is_coordinated(strategy) else distribute.worker_count(strategy)
+    micro_batches = max(_batches_per_pipeline(inputs, pipelines, global_batch), 1)
+    if tc.steps_per_epoch:  # caps the batches (micro-batches) read per epoch
+        micro_batches = min(micro_batches, tc.steps_per_epoch)
+    accumulation = int(getattr(tc, "grad_accumulation_steps", 1) or 1)
+    steps_per_epoch = max(micro_batches // accumulation, 1)  # optimizer steps
     trainer = Trainer(cfg, strategy, inputs, policy=policy, steps_per_epoch=steps_per_epoch)
 
     ckpt_dir = output_dir / CHECKPOINTS
@@ -407,12 +484,27 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, output_dir: Pa
     start_epoch = int(trainer.epoch.numpy())
     start_epoch_step = int(trainer.epoch_step.numpy())
     step = int(trainer.step.numpy())
-    take = tc.steps_per_epoch  # None: the whole split
+    # Every input pipeline (worker) reads exactly this many batches per epoch: with uneven shards a
+    # worker that ran out would feed empty batches into the collective step.
+    take = micro_batches
 
     distribute_ds = strategy.distribute_datasets_from_function
-    train_ds = distribute_ds(dataset_fn("train", True, 0, take))
-    val_ds = distribute_ds(dataset_fn("validation", False))
-    trainer.build_steps(train_ds.element_spec, val_ds.element_spec)
+    per_worker_iterator = None
+    if trainer.coordinator is not None:
+        # parameter_server: each worker reads its shard of the train split forever; the chief
+        # schedules steps_per_epoch steps per epoch and evaluates the validation split itself.
+        train_fn = dataset_fn("train", True, 0, None)
+        per_worker = trainer.coordinator.create_per_worker_dataset(
+            distribute_ds(lambda ctx: train_fn(ctx).repeat())
+        )
+        per_worker_iterator = iter(per_worker)
+        train_ds = None
+        val_ds = dataset_fn("validation", False)(tf.distribute.InputContext())
+        trainer.build_steps(None, val_ds.element_spec)
+    else:
+        train_ds = distribute_ds(dataset_fn("train", True, 0, take))
+        val_ds = distribute_ds(dataset_fn("validation", False))
+        trainer.build_steps(train_ds.element_spec, val_ds.element_spec)
 
     def save(epoch: int, epoch_step: int) -> None:
         trainer.step.assign(step)
@@ -420,11 +512,21 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, output_dir: Pa
         trainer.epoch_step.assign(epoch_step)
         manager.save(checkpoint_number=step)
 
+    from tfpipe import monitoring
+
+    # TensorBoard summaries + profiler (train.tensorboard*, train.profile_steps); writes on the chief only.
+    monitor = monitoring.Monitor.from_config(tc, output_dir, chief=chief)
+    monitor.on_train_begin(trainer.model, step=step, optimizer=trainer.optimizer)
     t_start = time.perf_counter()
     epochs_run = 0
     for epoch in range(start_epoch, tc.epochs):
         skip = start_epoch_step if epoch == start_epoch else 0
-        epoch_ds = train_ds if not skip else distribute_ds(dataset_fn("train", True, skip, take))
+        if trainer.coordinator is not None:
+            epoch_ds = None
+        elif skip:
+            epoch_ds = distribute_ds(dataset_fn("train", True, skip * accumulation, take))
+        else:
+            epoch_ds = train_ds
         for metric in (trainer.epoch_loss, trainer.epoch_acc, trainer.window_loss, trainer.window_acc):
             metric.reset_state()
         t_epoch = time.perf_counter()
@@ -446,16 +548,21 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, output_dir: Pa
             window["t"] = now
             if sink is not None and chief:
                 sink.log_metrics(metrics, step)
+            monitor.on_step(step, metrics)
 
         def on_step(steps_in_epoch: int) -> None:
             nonlocal step
             step += 1
+            monitor.on_step(step)  # profiler range transitions
             if step % tc.log_every_steps == 0:
                 flush_window()
             if step % tc.checkpoint_every_steps == 0:
                 save(epoch, skip + steps_in_epoch)
 
-        ran = trainer.run_train_epoch(epoch_ds, on_step=on_step)
+        if trainer.coordinator is not None:
+            ran = trainer.run_coordinated_epoch(per_worker_iterator, steps_per_epoch - skip, on_step=on_step)
+        else:
+            ran = trainer.run_train_epoch(epoch_ds, on_step=on_step)
         flush_window()  # the tail of the epoch, so short epochs still report step metrics
         epoch_seconds = time.perf_counter() - t_epoch
         examples = _count(trainer.epoch_loss)
@@ -479,10 +586,12 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, output_dir: Pa
             _write_history(ckpt_dir, history)
         if sink is not None and chief:
             sink.log_metrics({k: float(row[k]) for k in EPOCH_METRICS}, epoch)
+        monitor.on_epoch_end(epoch, row, trainer.model)
         log.info("epoch %d/%d: %s", epoch + 1, tc.epochs,
                  ", ".join(f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"))
         epochs_run += 1
     train_seconds = time.perf_counter() - t_start
+    monitor.on_train_end()
 
     if history:
         last = history[-1]
@@ -519,7 +628,29 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, output_dir: Pa
         epochs_run=epochs_run,
         initial_epoch=start_epoch,
         resumed=resumed,
+        weights_sha256=_weights_sha256(trainer.model),
     )
+
+
+def _weights_sha256(model) -> str:
+    from tfpipe.determinism import weights_sha256
+
+    return weights_sha256(model)
+
+
+def _batches_per_pipeline(inputs: _Inputs, num_pipelines: int, global_batch: int) -> int:
+    """Full training batches the smallest input pipeline yields per epoch (mirrors make_dataset's sharding:
+    whole files when there are at least as many files as pipelines, else every n-th record)."""
+    n = max(int(num_pipelines), 1)
+    per_pipeline_batch = max(global_batch // n, 1)
+    sizes = inputs.train_shard_sizes or []
+    if n == 1 or not sizes or sum(sizes) != inputs.num_train_examples:
+        return inputs.num_train_examples // global_batch
+    if len(sizes) >= n:
+        smallest = min(sum(sizes[i::n]) for i in range(n))
+    else:
+        smallest = inputs.num_train_examples // n
+    return smallest // per_pipeline_batch
 
 
 def _read_history(ckpt_dir: Path) -> List[dict]:

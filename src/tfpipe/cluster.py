@@ -1,0 +1,190 @@
+"""Clusters for multi-process strategies: roles, loopback ports, TF_CONFIG parsing and rendering.
+
+No TensorFlow here, so the launcher and config checks stay fast.
+
+- `local_cluster(strategy, num_workers, num_ps)` -> a cluster spec on 127.0.0.1 with free ports.
+  multi_worker_mirrored: `worker` x N (worker 0 is the chief, as the TF multi-worker guide does).
+  parameter_server: `chief` x 1 (the coordinator), `worker` x N, `ps` x M.
+- `roles(cluster)` -> [(task_type, index)], chief first.
+- `tf_config(cluster, task_type, index)` -> the TF_CONFIG JSON for one process.
+- `read_tf_config()` -> the parsed TF_CONFIG of this process (UserError when malformed).
+- `is_chief()` -> whether this process writes (MLflow run, metrics, SavedModel).
+- `render_k8s(...)`, `render_slurm(...)`: the deploy/ templates filled in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import string
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from tfpipe.errors import UserError
+
+TF_CONFIG = "TF_CONFIG"
+TASK_TYPES = ("chief", "worker", "ps", "evaluator")
+DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
+
+Cluster = Dict[str, List[str]]
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> List[int]:
+    """n distinct free TCP ports (held open together while picking, so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def local_cluster(strategy: str, num_workers: int, num_ps: int = 0, host: str = "127.0.0.1") -> Cluster:
+    if strategy == "multi_worker_mirrored":
+        counts = {"worker": num_workers}
+    elif strategy == "parameter_server":
+        counts = {"chief": 1, "worker": num_workers, "ps": num_ps}
+    else:
+        raise UserError(f"strategy.name={strategy!r}: not a multi-process strategy; allowed: multi_worker_mirrored, parameter_server")
+    ports = iter(free_ports(sum(counts.values()), host))
+    return {job: [f"{host}:{next(ports)}" for _ in range(n)] for job, n in counts.items() if n > 0}
+
+
+def roles(cluster: Cluster) -> List[Tuple[str, int]]:
+    """Every task, chief first, then workers, then ps."""
+    order = [j for j in ("chief", "worker", "ps", "evaluator") if j in cluster]
+    return [(job, i) for job in order for i in range(len(cluster[job]))]
+
+
+def tf_config(cluster: Cluster, task_type: str, index: int) -> str:
+    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": int(index)}}, sort_keys=True)
+
+
+def parse_tf_config(text: str, where: str = TF_CONFIG) -> dict:
+    """TF_CONFIG JSON -> {'cluster': {...}, 'task': {'type', 'index'}}; UserError naming what is wrong."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UserError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(value, dict) or not isinstance(value.get("cluster"), dict) or not value["cluster"]:
+        raise UserError(f"{where}: expected {{\"cluster\": {{job: [host:port, ...]}}, \"task\": {{...}}}}")
+    for job, addresses in value["cluster"].items():
+        if job not in TASK_TYPES:
+            raise UserError(f"{where}: cluster job {job!r} not allowed; allowed: {', '.join(TASK_TYPES)}")
+        if not isinstance(addresses, list) or not all(isinstance(a, str) and ":" in a for a in addresses):
+            raise UserError(f"{where}: cluster.{job} must be a list of 'host:port' strings, got {addresses!r}")
+    task = value.get("task") or {}
+    ttype, index = task.get("type"), task.get("index", 0)
+    if ttype not in value["cluster"]:
+        raise UserError(f"{where}: task.type={ttype!r} is not a job of the cluster; allowed: {', '.join(value['cluster'])}")
+    if not isinstance(index, int) or not 0 <= index < len(value["cluster"][ttype]):
+        raise UserError(f"{where}: task.index={index!r} out of range for job {ttype!r} ({len(value['cluster'][ttype])} tasks)")
+    return {"cluster": value["cluster"], "task": {"type": ttype, "index": index}}
+
+
+def read_tf_config(environ=None) -> dict:
+    environ = os.environ if environ is None else environ
+    text = environ.get(TF_CONFIG, "").strip()
+    if not text:
+        raise UserError(f"{TF_CONFIG}: not set; multi-process strategies need it (run through python -m pipeline.launch, "
+                        f"or let the cluster manager set it)")
+    return parse_tf_config(text)
+
+
+def task(environ=None) -> Tuple[Optional[str], int]:
+    """(task type, index) of this process; (None, 0) without TF_CONFIG."""
+    environ = os.environ if environ is None else environ
+    if not environ.get(TF_CONFIG, "").strip():
+        return None, 0
+    t = read_tf_config(environ)["task"]
+    return t["type"], t["index"]
+
+
+def is_chief(environ=None) -> bool:
+    """The chief task, or worker 0 of a cluster without a chief; True without TF_CONFIG."""
+    environ = os.environ if environ is None else environ
+    if not environ.get(TF_CONFIG, "").strip():
+        return True
+    cfg = read_tf_config(environ)
+    ttype, index = cfg["task"]["type"], cfg["task"]["index"]
+    if ttype == "chief":
+        return True
+    return ttype == "worker" and index == 0 and "chief" not in cfg["cluster"]
+
+
+def public_spec(environ=None) -> dict:
+    """The cluster spec to record in the run: jobs -> addresses only (no other TF_CONFIG fields)."""
+    environ = os.environ if environ is None else environ
+    if not environ.get(TF_CONFIG, "").strip():
+        return {}
+    return read_tf_config(environ)["cluster"]
+
+
+# ----------------------------------------------------------------------------- deploy templates
+
+
+def _render(template: Path, values: dict) -> str:
+    return string.Template(template.read_text(encoding="utf-8")).substitute(values)
+
+
+def k8s_cluster(job_name: str, strategy: str, num_workers: int, num_ps: int = 0, port: int = 2222,
+                namespace: str = "default") -> Cluster:
+    """Stable pod DNS names of the headless Service: <job>-<type>-<i>.<job>.<namespace>.svc:<port>."""
+    counts = {"worker": num_workers} if strategy == "multi_worker_mirrored" else {"chief": 1, "worker": num_workers, "ps": num_ps}
+    return {t: [f"{job_name}-{t}-{i}.{job_name}.{namespace}.svc:{port}" for i in range(n)] for t, n in counts.items() if n}
+
+
+def render_k8s(job_name: str, image: str, strategy: str = "multi_worker_mirrored", num_workers: int = 2,
+               num_ps: int = 1, port: int = 2222, namespace: str = "default", overrides=()) -> str:
+    """deploy/k8s/*.tmpl -> one multi-document manifest: a headless Service and one Pod per task,
+    each with its own TF_CONFIG."""
+    cluster = k8s_cluster(job_name, strategy, num_workers, num_ps, port, namespace)
+    docs = [_render(DEPLOY_DIR / "k8s" / "service.yaml.tmpl", {"job_name": job_name, "namespace": namespace, "port": port})]
+    for ttype, index in roles(cluster):
+        docs.append(_render(DEPLOY_DIR / "k8s" / "pod.yaml.tmpl", {
+            "job_name": job_name, "namespace": namespace, "port": port, "image": image,
+            "task_type": ttype, "task_index": index, "strategy": strategy,
+            "overrides": ", ".join(json.dumps(o) for o in overrides), "tf_config": json.dumps(tf_config(cluster, ttype, index)),
+        }))
+    return "---\n".join(docs)
+
+
+def slurm_tf_config(nodelist: List[str], procid: int, port: int = 2222) -> str:
+    """TF_CONFIG for task `procid` of a Slurm job whose nodes are `nodelist` (one worker per node, worker 0 chief).
+    Same layout `SlurmClusterResolver` builds; used by deploy/slurm/train.sbatch via `python -m tfpipe.cluster`."""
+    cluster = {"worker": [f"{host}:{port}" for host in nodelist]}
+    return tf_config(cluster, "worker", procid)
+
+
+def render_slurm(nodes: int = 2, cpus_per_task: int = 8, time: str = "02:00:00", overrides=()) -> str:
+    import shlex
+
+    return _render(DEPLOY_DIR / "slurm" / "train.sbatch.tmpl",
+                   {"nodes": nodes, "cpus_per_task": cpus_per_task, "time": time,
+                    "overrides": " ".join(shlex.quote(o) for o in overrides)})
+
+
+def _main(argv=None) -> int:
+    """`python -m tfpipe.cluster slurm-tf-config [PORT]`: print TF_CONFIG from SLURM_* (inside srun)."""
+    import subprocess
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] != "slurm-tf-config":
+        print("usage: python -m tfpipe.cluster slurm-tf-config [PORT]", file=sys.stderr)
+        return 2
+    port = int(argv[1]) if len(argv) > 1 else 2222
+    nodes = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+                           check=True, capture_output=True, text=True).stdout.split()
+    print(slurm_tf_config(nodes, int(os.environ["SLURM_PROCID"]), port))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

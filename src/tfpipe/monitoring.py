@@ -1,0 +1,286 @@
+"""TensorBoard summaries and the TensorBoard profiler for the custom training loop.
+
+`Monitor` is a small object the loop in `tfpipe.training` calls at fixed points:
+
+    monitor = Monitor.from_config(cfg.train, output_dir, chief=chief)
+    monitor.on_train_begin(model, step=step, optimizer=optimizer)  # graph; profiler if the range starts now
+    monitor.on_step(step)                                          # after every optimizer step (profiler)
+    monitor.on_step(step, metrics)                                 # with the step metrics the loop pulled anyway
+    monitor.on_epoch_end(epoch, metrics, model)                    # epoch scalars, weight histograms
+    monitor.on_train_end()                                         # stops the profiler, closes the writers
+
+Layout of the log directory (`train.tensorboard_dir`, relative to the train stage's output
+`models/<dataset>/`, so DVC tracks it and `_clear_unless_resumable` gives one directory per run):
+
+    tensorboard/train/       step scalars (step_loss, step_accuracy, learning_rate, examples_per_sec,
+                             loss_scale under mixed_float16), epoch scalars (epoch_loss,
+                             epoch_accuracy, epoch_examples_per_sec, epoch_seconds), weight
+                             histograms, the model graph
+    tensorboard/validation/  epoch_loss, epoch_accuracy (same tags: TensorBoard overlays train/validation)
+    tensorboard/plugins/profile/<timestamp>/<host>.xplane.pb   the profiler trace of train.profile_steps
+
+Only the chief writes summaries (other workers of a multi-worker strategy get a disabled
+monitor). Step numbers are global optimizer steps (1-based); epochs are 0-based, as in MLflow.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Dict, Mapping, Optional, Tuple
+
+log = logging.getLogger(__name__)
+
+TRAIN_DIR = "train"
+VALIDATION_DIR = "validation"
+PROFILE_SUBDIR = "plugins/profile"
+
+# loop metric name -> TensorBoard tag (train writer)
+STEP_TAGS = {
+    "train_loss": "step_loss",
+    "train_accuracy": "step_accuracy",
+    "learning_rate": "learning_rate",
+    "examples_per_sec": "examples_per_sec",
+    "loss_scale": "loss_scale",
+}
+EPOCH_TRAIN_TAGS = {
+    "epoch_train_loss": "epoch_loss",
+    "epoch_train_accuracy": "epoch_accuracy",
+    "epoch_examples_per_sec": "epoch_examples_per_sec",
+    "epoch_seconds": "epoch_seconds",
+}
+EPOCH_VALIDATION_TAGS = {"val_loss": "epoch_loss", "val_accuracy": "epoch_accuracy"}
+
+_RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+
+
+def parse_profile_steps(value: Optional[str], key: str = "train.profile_steps") -> Optional[Tuple[int, int]]:
+    """'10-20' -> (10, 20): the first and last global step (1-based, inclusive) to trace; None -> None.
+    Raises ConfigError naming the key and the allowed form."""
+    if value is None:
+        return None
+    match = _RANGE.match(str(value))
+    if not match:
+        from tfpipe.errors import ConfigError
+
+        raise ConfigError(f"{key}={value!r}: expected 'FIRST-LAST' global steps, e.g. '10-20' (or null: no profiling)")
+    first, last = int(match.group(1)), int(match.group(2))
+    if not 1 <= first <= last:
+        from tfpipe.errors import ConfigError
+
+        raise ConfigError(f"{key}={value!r}: need 1 <= FIRST <= LAST, e.g. '10-20'")
+    return first, last
+
+
+def log_dir_for(train_cfg, output_dir) -> Path:
+    """Where the train stage writes TensorBoard logs: train.tensorboard_dir under output_dir (absolute
+    paths are used as given)."""
+    return Path(output_dir) / getattr(train_cfg, "tensorboard_dir", "tensorboard")
+
+
+class Monitor:
+    """TensorBoard writer + profiler control; every method is a no-op for what is switched off."""
+
+    def __init__(self, log_dir, *, tensorboard: bool = True, chief: bool = True, histogram_every_epochs: int = 1,
+                 profile_steps: Optional[Tuple[int, int]] = None, log_device_placement: bool = False):
+        self.log_dir = Path(log_dir)
+        self.chief = chief
+        self.summaries = bool(tensorboard and chief)
+        self.histogram_every_epochs = int(histogram_every_epochs)
+        self.profile_steps = profile_steps if chief else None
+        self._writers: Dict[str, object] = {}
+        self._optimizer = None
+        self._profiling = False
+        self._profiled = False
+        self._trace = None
+        self._last_step: Optional[int] = None
+        self._placement_set = False
+        if log_device_placement:
+            import tensorflow as tf
+
+            tf.debugging.set_log_device_placement(True)
+            self._placement_set = True
+
+    @classmethod
+    def from_config(cls, train_cfg, output_dir, *, chief: bool = True) -> "Monitor":
+        return cls(
+            log_dir_for(train_cfg, output_dir),
+            tensorboard=getattr(train_cfg, "tensorboard", True),
+            chief=chief,
+            histogram_every_epochs=getattr(train_cfg, "histogram_every_epochs", 1),
+            profile_steps=parse_profile_steps(getattr(train_cfg, "profile_steps", None)),
+            log_device_placement=getattr(train_cfg, "log_device_placement", False),
+        )
+
+    @property
+    def profile_dir(self) -> Path:
+        return self.log_dir / PROFILE_SUBDIR
+
+    # ------------------------------------------------------------------ hooks
+
+    def on_train_begin(self, model=None, *, step: int = 0, optimizer=None) -> None:
+        """Write the model graph; start the profiler now if its range begins with the next step
+        (or a resumed run starts inside it)."""
+        self._optimizer = optimizer
+        if self.summaries and model is not None:
+            self._write_graph(model)
+        if self.profile_steps and self.profile_steps[0] - 1 <= step < self.profile_steps[1]:
+            self._start_profiler(step + 1)
+        self._last_step = step
+
+    def on_step(self, step: int, metrics: Optional[Mapping[str, float]] = None) -> None:
+        """After optimizer step `step`: profiler transitions (once per step) and, when given, the
+        step metrics (plus the loss scale of a LossScaleOptimizer)."""
+        if step != self._last_step:
+            self._last_step = step
+            self._profile_transition(step)
+        if metrics and self.summaries:
+            values = dict(metrics)
+            scale = self._loss_scale()
+            if scale is not None:
+                values.setdefault("loss_scale", scale)
+            self._scalars(TRAIN_DIR, values, STEP_TAGS, step)
+
+    def on_epoch_end(self, epoch: int, metrics: Mapping[str, float], model=None) -> None:
+        """Epoch scalars into train/ and validation/, weight histograms every histogram_every_epochs."""
+        self._end_step_trace()  # validation and checkpointing are not a training step
+        if not self.summaries:
+            return
+        train = {k: v for k, v in metrics.items() if k not in EPOCH_VALIDATION_TAGS and k != "epoch"}
+        self._scalars(TRAIN_DIR, train, EPOCH_TRAIN_TAGS, epoch)
+        val = {k: v for k, v in metrics.items() if k in EPOCH_VALIDATION_TAGS}
+        self._scalars(VALIDATION_DIR, val, EPOCH_VALIDATION_TAGS, epoch)
+        every = self.histogram_every_epochs
+        if model is not None and every > 0 and (epoch + 1) % every == 0:
+            self._histograms(model, epoch)
+        for writer in self._writers.values():
+            writer.flush()
+
+    def on_train_end(self) -> None:
+        """Stop a profiler still running (range past the last step), close writers, undo placement logging."""
+        self._stop_profiler()
+        for writer in self._writers.values():
+            writer.flush()
+            writer.close()
+        self._writers.clear()
+        if self._placement_set:
+            import tensorflow as tf
+
+            tf.debugging.set_log_device_placement(False)
+            self._placement_set = False
+
+    close = on_train_end
+
+    # ------------------------------------------------------------------ summaries
+
+    def _writer(self, name: str):
+        import tensorflow as tf
+
+        if name not in self._writers:
+            self._writers[name] = tf.summary.create_file_writer(str(self.log_dir / name))
+        return self._writers[name]
+
+    def _scalars(self, writer_name: str, values: Mapping[str, float], tags: Mapping[str, str], step: int) -> None:
+        import math
+
+        import tensorflow as tf
+
+        with self._writer(writer_name).as_default(step=int(step)):
+            for key, value in values.items():
+                try:
+                    value = float(value)
+                except (TypeError, ValueError):
+                    continue
+                if math.isnan(value):
+                    continue
+                tf.summary.scalar(tags.get(key, key), value)
+
+    def _histograms(self, model, epoch: int) -> None:
+        import keras
+        import tensorflow as tf
+
+        with self._writer(TRAIN_DIR).as_default(step=int(epoch)):
+            for variable in model.weights:
+                name = getattr(variable, "path", None) or variable.name
+                try:
+                    values = keras.ops.convert_to_numpy(variable)
+                except (TypeError, ValueError, tf.errors.OpError) as exc:  # e.g. a remote variable not readable
+                    log.warning("TensorBoard: no histogram for %s (%s)", name, str(exc).splitlines()[0])
+                    continue
+                tf.summary.histogram(name, values)
+
+    def _write_graph(self, model) -> None:
+        """The inference graph of the model (Graphs tab), traced once from its input spec."""
+        import tensorflow as tf
+
+        try:
+            specs = [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]
+            fn = tf.function(lambda *x: model(x[0] if len(x) == 1 else list(x), training=False))
+            graph = fn.get_concrete_function(*specs).graph
+            with self._writer(TRAIN_DIR).as_default(step=0):
+                tf.summary.graph(graph)
+        except (AttributeError, TypeError, ValueError) as exc:  # a subclassed model without inputs
+            log.warning("TensorBoard: model graph not written (%s)", str(exc).splitlines()[0] if str(exc) else exc)
+
+    def _loss_scale(self) -> Optional[float]:
+        scale = getattr(self._optimizer, "dynamic_scale", None)
+        if scale is None:
+            return None
+        import keras
+
+        return float(keras.ops.convert_to_numpy(scale))
+
+    # ------------------------------------------------------------------ profiler
+
+    def _profile_transition(self, step: int) -> None:
+        if not self.profile_steps:
+            return
+        first, last = self.profile_steps
+        if self._profiling:
+            self._end_step_trace()
+            if step >= last:
+                self._stop_profiler()
+            else:
+                self._begin_step_trace(step + 1)
+        elif step == first - 1 and not self._profiled:
+            self._start_profiler(step + 1)
+
+    def _start_profiler(self, next_step: int) -> None:
+        import tensorflow as tf
+
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:  # a run that failed in this process may have left a session open
+            tf.profiler.experimental.stop()
+        except Exception:  # noqa: BLE001 - "no profiler running" is the normal case
+            pass
+        options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0,
+                                                           device_tracer_level=1)
+        tf.profiler.experimental.start(str(self.log_dir), options=options)
+        self._profiling = True
+        self._profiled = True
+        log.info("profiler: tracing steps %d-%d into %s", next_step, self.profile_steps[1], self.profile_dir)
+        self._begin_step_trace(next_step)
+
+    def _stop_profiler(self) -> None:
+        self._end_step_trace()
+        if not self._profiling:
+            return
+        import tensorflow as tf
+
+        tf.profiler.experimental.stop()
+        self._profiling = False
+        log.info("profiler: trace saved under %s", self.profile_dir)
+
+    def _begin_step_trace(self, step: int) -> None:
+        """A step marker from the end of the previous step to the end of this one (input + compute),
+        which the profiler's overview and input-pipeline pages need."""
+        import tensorflow as tf
+
+        self._trace = tf.profiler.experimental.Trace("train", step_num=int(step), _r=1)
+        self._trace.__enter__()
+
+    def _end_step_trace(self) -> None:
+        if self._trace is not None:
+            self._trace.__exit__(None, None, None)
+            self._trace = None

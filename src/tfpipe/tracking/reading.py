@@ -1,0 +1,79 @@
+"""Reading recorded runs back (for `tfpipe.audit`), and recording an audit verdict on a run.
+
+`load_run(uri, run_id)` returns a plain dict (no mlflow objects leave this package):
+    {"run_id", "run_name", "status", "tracking_uri", "params": {..}, "tags": {..}, "metrics": {..},
+     "config": dict|None (config/resolved.yaml), "provenance": dict|None (provenance/provenance.json),
+     "dvc_lock": str|None (provenance/dvc.lock)}
+An unknown run id or an unreachable store raises TrackingError (one line).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+
+from tfpipe.errors import TrackingError
+from tfpipe.tracking import backend
+from tfpipe.tracking.redact import redact_url
+from tfpipe.tracking.run import CONFIG_ARTIFACT, _one_line
+
+PROVENANCE_ARTIFACT = "provenance/provenance.json"
+DVC_LOCK_ARTIFACT = "provenance/dvc.lock"
+AUDIT_REPORT_DIR = "audit"
+
+
+def _client(uri: str) -> MlflowClient:
+    backend.check_reachable(uri)
+    return MlflowClient(tracking_uri=uri)
+
+
+def _artifact_text(client: MlflowClient, run_id: str, path: str) -> Optional[str]:
+    with tempfile.TemporaryDirectory(prefix="tfpipe-audit-") as tmp:
+        try:
+            local = client.download_artifacts(run_id, path, tmp)
+        except (MlflowException, OSError):
+            return None
+        p = Path(local)
+        return p.read_text(encoding="utf-8") if p.is_file() else None
+
+
+def load_run(uri: str, run_id: str) -> dict:
+    import yaml
+
+    client = _client(uri)
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as exc:
+        raise TrackingError(f"run {run_id!r}: not found in {redact_url(uri)} ({_one_line(exc)[:200]})") from None
+    config_text = _artifact_text(client, run_id, CONFIG_ARTIFACT)
+    prov_text = _artifact_text(client, run_id, PROVENANCE_ARTIFACT)
+    return {
+        "run_id": run.info.run_id,
+        "run_name": run.info.run_name,
+        "status": run.info.status,
+        "tracking_uri": redact_url(uri),
+        "params": dict(run.data.params),
+        "tags": dict(run.data.tags),
+        "metrics": dict(run.data.metrics),
+        "config": yaml.safe_load(config_text) if config_text else None,
+        "provenance": json.loads(prov_text) if prov_text else None,
+        "dvc_lock": _artifact_text(client, run_id, DVC_LOCK_ARTIFACT),
+        "git_diff": _artifact_text(client, run_id, "provenance/git_diff.patch"),
+        "pip_freeze": _artifact_text(client, run_id, "provenance/pip_freeze.txt"),
+    }
+
+
+def record_audit(uri: str, run_id: str, tags: dict, report: dict, report_name: str) -> None:
+    """Tag the run and log `audit/<report_name>` (JSON) without touching its metrics or status."""
+    client = _client(uri)
+    try:
+        for key, value in tags.items():
+            client.set_tag(run_id, key, str(value))
+        client.log_dict(run_id, report, f"{AUDIT_REPORT_DIR}/{report_name}")
+    except MlflowException as exc:
+        raise TrackingError(f"could not record the audit on run {run_id}: {_one_line(exc)}") from None

@@ -1,0 +1,179 @@
+"""TF_CONFIG parsing/rendering, the deploy templates, and the launcher's failure handling with real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tfpipe import cluster
+from tfpipe.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------- cluster / TF_CONFIG
+
+
+def test_local_clusters_have_the_roles_and_distinct_free_ports():
+    mwms = cluster.local_cluster("multi_worker_mirrored", 3)
+    assert list(mwms) == ["worker"] and len(mwms["worker"]) == 3
+    ps = cluster.local_cluster("parameter_server", 2, 1)
+    assert {k: len(v) for k, v in ps.items()} == {"chief": 1, "worker": 2, "ps": 1}
+    addresses = [a for v in ps.values() for a in v]
+    assert len(set(addresses)) == 4 and all(a.startswith("127.0.0.1:") for a in addresses)
+    assert cluster.roles(ps) == [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)]
+    with pytest.raises(UserError, match="mirrored"):
+        cluster.local_cluster("mirrored", 2)
+
+
+def test_chief_is_the_chief_task_or_worker_zero():
+    ps = {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]}
+    mw = {"worker": ["h:1", "h:2"]}
+    env = lambda c, t, i: {"TF_CONFIG": cluster.tf_config(c, t, i)}  # noqa: E731
+    assert cluster.is_chief({}) is True  # single process
+    assert cluster.is_chief(env(ps, "chief", 0)) and not cluster.is_chief(env(ps, "worker", 0))
+    assert not cluster.is_chief(env(ps, "ps", 0))
+    assert cluster.is_chief(env(mw, "worker", 0)) and not cluster.is_chief(env(mw, "worker", 1))
+    assert cluster.task(env(mw, "worker", 1)) == ("worker", 1)
+    assert cluster.public_spec(env(mw, "worker", 1)) == mw
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("{not json", "not valid JSON"),
+    ('{"cluster": {}}', "expected"),
+    ('{"cluster": {"boss": ["h:1"]}, "task": {"type": "boss", "index": 0}}', "'boss' not allowed"),
+    ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "ps", "index": 0}}', "task.type='ps'"),
+    ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 3}}', "task.index=3"),
+    ('{"cluster": {"worker": ["nohostport"]}, "task": {"type": "worker", "index": 0}}', "host:port"),
+])
+def test_bad_tf_config_is_one_clear_line(text, needle):
+    with pytest.raises(UserError) as err:
+        cluster.read_tf_config({"TF_CONFIG": text})
+    assert needle in str(err.value) and "\n" not in str(err.value) and "TF_CONFIG" in str(err.value)
+
+
+# ----------------------------------------------------------------------------- deploy templates
+
+
+def test_k8s_manifest_renders_one_pod_per_task_with_its_tf_config():
+    text = cluster.render_k8s("demo", "registry.example/tfpipe:1", strategy="parameter_server", num_workers=2,
+                              num_ps=1, overrides=["train.epochs=5", "precision=mixed_bfloat16"])
+    docs = list(yaml.safe_load_all(text))
+    assert docs[0]["kind"] == "Service" and docs[0]["spec"]["clusterIP"] == "None"
+    pods = docs[1:]
+    assert [p["metadata"]["name"] for p in pods] == ["demo-chief-0", "demo-worker-0", "demo-worker-1", "demo-ps-0"]
+    seen = set()
+    for pod in pods:
+        container = pod["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        tf_config = json.loads(env["TF_CONFIG"])
+        t = tf_config["task"]
+        assert pod["metadata"]["name"] == f"demo-{t['type']}-{t['index']}"
+        assert tf_config["cluster"]["worker"] == ["demo-worker-0.demo.default.svc:2222", "demo-worker-1.demo.default.svc:2222"]
+        assert tf_config["cluster"]["ps"] == ["demo-ps-0.demo.default.svc:2222"]
+        # the pod's own address is its entry in the cluster spec (hostname.subdomain)
+        assert tf_config["cluster"][t["type"]][t["index"]].startswith(f"{pod['spec']['hostname']}.{pod['spec']['subdomain']}.")
+        assert container["command"] == ["python", "-m", "pipeline.train", "strategy=parameter_server"]
+        assert container["args"] == ["train.epochs=5", "precision=mixed_bfloat16"]
+        seen.add((t["type"], t["index"]))
+    assert len(seen) == 4
+
+
+def test_slurm_script_renders_and_builds_tf_config_per_task():
+    text = cluster.render_slurm(nodes=3, cpus_per_task=4, overrides=["train.epochs=2"])
+    assert "#SBATCH --nodes=3" in text and "#SBATCH --cpus-per-task=4" in text
+    assert "python -m tfpipe.cluster slurm-tf-config" in text and "strategy=multi_worker_mirrored" in text
+    assert '"${SLURM_SUBMIT_DIR}"' in text and "train.epochs=2" in text and "$${" not in text
+    subprocess.run(["bash", "-n"], input=text, text=True, check=True)  # valid shell
+    configs = [json.loads(cluster.slurm_tf_config(["n1", "n2", "n3"], i)) for i in range(3)]
+    assert all(c["cluster"] == {"worker": ["n1:2222", "n2:2222", "n3:2222"]} for c in configs)
+    assert [c["task"]["index"] for c in configs] == [0, 1, 2]
+    assert cluster.is_chief({"TF_CONFIG": json.dumps(configs[0])})
+
+
+# ----------------------------------------------------------------------------- the launcher with real processes
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie not yet reaped by anyone counts as gone
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_launcher_refuses_a_single_process_strategy(tmp_path):
+    import shutil
+
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    proc = subprocess.run([sys.executable, "-m", "pipeline.launch", "strategy=mirrored"], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "strategy.name='mirrored'" in proc.stderr and "multi_worker_mirrored" in proc.stderr
+
+
+@pytest.mark.slow
+def test_killing_one_worker_stops_the_job_with_no_orphans(prepared_image, tmp_path):
+    import shutil
+
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    cmd = [sys.executable, "-m", "pipeline.launch", "--grace", "3", "strategy=multi_worker_mirrored",
+           "model.filters=[4]", "model.dense_units=8", "train.batch_size_per_replica=2", "train.epochs=500",
+           f"data.output_dir={prepared_image.prepared_dir}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"]
+    launcher = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(l) for l in launcher.stdout], daemon=True).start()
+    pids, log, deadline = {}, [], time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline:  # wait until both workers train (epoch lines)
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            log.append(line)
+            if line.startswith("[launcher] started"):
+                pids = {k: int(v) for k, v in (p.split("=") for p in line.split(": ", 1)[1].strip().split(", "))}
+            if line.startswith("[worker:1]") and "epoch 1/" in line:
+                break
+        else:
+            pytest.fail("workers did not start training:\n" + "".join(log[-40:]))
+        assert set(pids) == {"worker:0", "worker:1"}
+        killed_at = time.monotonic()
+        os.kill(pids["worker:1"], signal.SIGKILL)
+        code = launcher.wait(timeout=60)
+        elapsed = time.monotonic() - killed_at
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    rest = []
+    while not lines.empty():
+        rest.append(lines.get())
+    assert code != 0
+    assert elapsed < 30, elapsed  # grace 3 s + polling; never hangs on the surviving worker's collectives
+    assert any("worker:1" in l and "exited with" in l for l in rest), "".join(rest[-20:])
+    time.sleep(0.5)
+    assert not [p for p in pids.values() if _alive(p)], "orphan processes left"
