@@ -41,6 +41,9 @@ def pip_requirements() -> list[str]:
 
 
 def _texts(example: Any) -> list[str]:
+    # Mirrors serving_model.py's input handling on purpose: that file is loaded by MLflow as
+    # models-from-code without tfpipe installed, so it cannot import this module (nor this it,
+    # since importing it calls mlflow.models.set_model).
     if isinstance(example, pd.DataFrame):
         column = "text" if "text" in example.columns else example.columns[0]
         values = example[column].tolist()
