@@ -40,17 +40,21 @@ def main(stage: str, run: Callable, description: str) -> None:
 def _run_guarded(stage, run, overrides, params_path, root, debug) -> int:
     from tfpipe.errors import USER_ERRORS
 
+    from tfpipe import interrupts
+
     try:
         from tfpipe import config
 
         cfg = config.compose(overrides, config_dir=root / config.CONF_DIR) if overrides else config.load_params(root / params_path)
-        run(cfg, root)
+        with interrupts.graceful_stop():  # SIGTERM/SIGINT: checkpoint, end the MLflow run KILLED, exit 128+N
+            run(cfg, root)
     except USER_ERRORS as exc:
         if debug:
             raise
         print(f"{stage}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print(f"{stage}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", 2)  # a plain KeyboardInterrupt is SIGINT
+        print(f"{stage}: interrupted ({exc or 'SIGINT'}); run it again to resume from the last checkpoint", file=sys.stderr)
+        return 128 + signum
     return 0

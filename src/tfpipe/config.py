@@ -38,6 +38,7 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 LR_SCHEDULES = ("constant", "cosine")
 SOURCES = ("tfds", "directory")
 ON_BAD_FILE = ("fail", "skip")
+SHARD_POLICIES = ("auto", "file", "data")  # mirrors tfpipe.data.inputs.SHARD_POLICIES
 
 
 
@@ -90,6 +91,8 @@ class StrategyConfig:
     min_shard_bytes: int = 262144  # parameter_server partitioner: smallest variable shard
     max_shards: int = 1  # parameter_server partitioner: 1 = no partitioning
     tpu: Optional[str] = None  # tpu: TPUClusterResolver name/address ('' or null: local TPU)
+    max_restarts: int = 0  # local launcher: restarts of the whole job after a process dies (resumes from the checkpoint)
+    stop_grace_seconds: float = 10.0  # local launcher: SIGTERM -> SIGKILL delay when stopping the other processes
 
 
 @dataclass
@@ -126,6 +129,7 @@ class TrainConfig:
     log_every_steps: int = 50
     lr_scaling: str = "none"
     grad_accumulation_steps: int = 1
+    shard_policy: str = "auto"  # how workers split the train split: auto | file | data
     tensorboard: bool = True  # monitoring: TensorBoard summaries (tfpipe.monitoring)
     tensorboard_dir: str = "tensorboard"  # relative to models/<dataset>/ (absolute: as given)
     histogram_every_epochs: int = 1  # weight histograms every N epochs; 0: none
@@ -381,6 +385,8 @@ def validate(cfg: Config) -> None:
     _positive("strategy.max_shards", st.max_shards)
     if st.name == "parameter_server":
         _positive("strategy.num_ps", st.num_ps)
+    _non_negative("strategy.max_restarts", st.max_restarts)
+    _positive("strategy.stop_grace_seconds", st.stop_grace_seconds)
     if st.devices is not None and not st.devices:
         raise ConfigError("strategy.devices=[]: give at least one device, or null for all devices")
     _choice("precision.policy", cfg.precision.policy, PRECISIONS)
@@ -396,6 +402,7 @@ def validate(cfg: Config) -> None:
     _positive("train.log_every_steps", tr.log_every_steps)
     _choice("train.lr_scaling", tr.lr_scaling, LR_SCALINGS)
     _positive("train.grad_accumulation_steps", tr.grad_accumulation_steps)
+    _choice("train.shard_policy", tr.shard_policy, SHARD_POLICIES)
     if not tr.tensorboard_dir:
         raise ConfigError("train.tensorboard_dir: empty; name the TensorBoard log folder (relative to models/<dataset>)")
     _non_negative("train.histogram_every_epochs", tr.histogram_every_epochs)

@@ -23,6 +23,7 @@ EVAL_METRICS = "metrics/eval.json"
 CONFUSION_CSV = "plots/confusion_matrix.csv"
 CONFUSION_PNG = "plots/confusion_matrix.png"
 TRAINING_STATE = "training_state.json"  # in models/<dataset>/: which config the checkpoints belong to
+RUN_ID_FILE = "mlflow_run_id.txt"  # in models/<dataset>/checkpoints/: the MLflow run these checkpoints belong to
 
 
 def model_dir(cfg: Config, root: Path) -> Path:
@@ -51,17 +52,22 @@ def run_train(cfg: Config, root: Path):
     digest = data.manifest_digest(prepared)
     prov = provenance.collect(root)
 
-    with tracking.start_run(cfg, root, stage="train", is_chief=chief) as run:
+    out = model_dir(cfg, root)
+    fingerprint = _training_fingerprint(cfg, digest)
+    resume_run_id = None
+    if chief:
+        _clear_unless_resumable(out, fingerprint)
+        resume_run_id = _read_line(out / "checkpoints" / RUN_ID_FILE)  # the interrupted training's run
+
+    with tracking.start_run(cfg, root, stage="train", is_chief=chief, resume_run_id=resume_run_id) as run:
+        if chief:
+            (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+            _write_text(out / "checkpoints" / "fingerprint.txt", fingerprint + "\n")
+            _write_text(out / "checkpoints" / RUN_ID_FILE, f"{run.run_id}\n")  # a resumed training continues this run
         run.log_params(cfg.flat())
         run.log_config(cfg.to_dict())
         run.set_tags(tracking.run_tags(cfg, None, digest, prov))
         run.log_dataset(manifest, digest, prepared, context="train")
-        out = model_dir(cfg, root)
-        fingerprint = _training_fingerprint(cfg, digest)
-        if chief:
-            _clear_unless_resumable(out, fingerprint)
-            (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-            (out / "checkpoints" / "fingerprint.txt").write_text(fingerprint + "\n")
         result = training.train(cfg, prepared_dir=prepared, output_dir=out, sink=run)
         if not chief:  # only the chief writes the run, metrics, plots and state; workers used scratch dirs
             return result
@@ -73,6 +79,8 @@ def run_train(cfg: Config, root: Path):
             (out / "weights.sha256").write_text(result.weights_sha256 + "\n")
             run.set_tags({"weights.sha256": result.weights_sha256})
         run.set_tags({f"determinism.{k}": v for k, v in (result.determinism or {}).items()})
+        if result.resumed:
+            run.set_tags({"tfpipe.resumed_at_step": result.resumed_at_step})
         run.log_metrics(_prefixed(result.final_metrics, "final_"), step=len(result.history))
 
         summary = {
@@ -214,6 +222,16 @@ def _input_example(prepared: Path, manifest: dict):
     if manifest["modality"] == "text":
         return [t.decode("utf-8") for t in array]
     return array
+
+
+def _read_line(path: Path):
+    return path.read_text(encoding="utf-8").strip() or None if path.is_file() else None
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _write_json(path: Path, payload: dict) -> None:

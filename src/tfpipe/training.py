@@ -45,7 +45,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, runtime_checka
 import keras
 import tensorflow as tf
 
-from tfpipe import distribute, precision
+from tfpipe import distribute, interrupts, precision
 from tfpipe.errors import DataError, UserError
 from tfpipe.models import build_model, export_saved_model, make_text_vectorizer
 
@@ -86,6 +86,7 @@ class TrainResult:
     epochs_run: int = 0  # epochs trained by this call
     initial_epoch: int = 0  # epoch this call started at (> 0 when resumed)
     resumed: bool = False
+    resumed_at_step: int = 0  # the checkpoint's step this call started from (0: fresh)
     weights_sha256: Optional[str] = None  # determinism.weights_sha256 of the trained model (bit-identity check)
     determinism: Dict[str, Any] = field(default_factory=dict)  # determinism.setup() settings in force
 
@@ -272,8 +273,13 @@ class Trainer:
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=agg, name="step")
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=agg, name="epoch")
             self.epoch_step = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=agg, name="epoch_step")
+        # Keras 3 keeps the RNG state of dropout / random augmentation in SeedGenerator variables that
+        # tf.train.Checkpoint does not reach through the model: add them, so a resumed run draws the
+        # same random numbers as an uninterrupted one.
+        rng_states = [v for v in self.model.non_trainable_variables if "seed_generator" in v.path]
         self.checkpoint = tf.train.Checkpoint(
-            model=self.model, optimizer=self.optimizer, step=self.step, epoch=self.epoch, epoch_step=self.epoch_step
+            model=self.model, optimizer=self.optimizer, step=self.step, epoch=self.epoch, epoch_step=self.epoch_step,
+            rng={str(i): v.value for i, v in enumerate(rng_states)},
         )
         self._train_step = None
         self._eval_step = None
@@ -349,16 +355,15 @@ class Trainer:
 
     # -- epoch runners (a ClusterCoordinator runner would replace these two)
 
-    def run_train_epoch(self, dist_dataset, *, on_step: Callable[[int], None]) -> int:
-        """Optimizer steps over one pass; a tail of fewer than N micro-batches is dropped."""
+    def run_train_epoch(self, iterator, num_steps: int, *, on_step: Callable[[int], None]) -> int:
+        """`num_steps` optimizer steps, each on the next N micro-batches of the (distributed) iterator."""
         steps = 0
-        pending = []
-        for batch in dist_dataset:
-            pending.append(batch)
-            if len(pending) < self.accumulation:
-                continue
-            self._train_step(tuple(pending))
-            pending = []
+        for _ in range(num_steps):
+            try:
+                batches = tuple([next(iterator) for _ in range(self.accumulation)])
+            except (StopIteration, tf.errors.OutOfRangeError):
+                break  # the stream ended early (a split with no full batch)
+            self._train_step(batches)
             steps += 1
             on_step(steps)
         return steps
@@ -421,37 +426,49 @@ def train(cfg, *, prepared_dir, output_dir, sink: Optional[MetricsSink] = None) 
         tc = cfg.train
         global_batch = tc.batch_size_per_replica * strategy.num_replicas_in_sync
 
-        def dataset_fn(split: str, training: bool, skip_batches: int = 0, take_batches: Optional[int] = None) -> DatasetFn:
+        def vectorized(ds: tf.data.Dataset) -> tf.data.Dataset:
+            if inputs.modality == "text":
+                vectorizer = inputs.vectorizer()  # built in the input pipeline's own context
+                ds = ds.map(lambda x, y: (vectorizer(x), y), num_parallel_calls=tf.data.AUTOTUNE)
+            return ds.prefetch(tf.data.AUTOTUNE)
+
+        def dataset_fn(split: str, training: bool) -> DatasetFn:
+            """One pass over `split` (validation; parameter_server workers repeat it)."""
             def fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
                 # make_dataset takes the GLOBAL batch with an input_context and batches per replica.
-                ds = data.make_dataset(
+                return vectorized(data.make_dataset(
                     prepared_dir, split, batch_size=global_batch, training=training, seed=tc.seed,
                     shuffle_buffer=tc.shuffle_buffer, cache=tc.cache, input_context=input_context,
-                )
-                if take_batches is not None:
-                    ds = ds.take(take_batches)
-                if skip_batches:
-                    ds = ds.skip(skip_batches)
-                if inputs.modality == "text":
-                    vectorizer = inputs.vectorizer()  # built in the input pipeline's own context
-                    ds = ds.map(lambda x, y: (vectorizer(x), y), num_parallel_calls=tf.data.AUTOTUNE)
-                return ds.prefetch(tf.data.AUTOTUNE)
+                    shard_policy=tc.shard_policy,
+                ))
 
             return fn
 
-        result = _run(cfg, strategy, inputs, policy, dataset_fn, output_dir, sink)
+        def stream_fn(start_epoch: int, batches_per_epoch: int, skip_batches: int) -> DatasetFn:
+            """The remaining training epochs back to back, resumable at any batch (make_train_stream)."""
+            def fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+                return vectorized(data.make_train_stream(
+                    prepared_dir, batch_size=global_batch, seed=tc.seed, start_epoch=start_epoch,
+                    epochs=tc.epochs, batches_per_epoch=batches_per_epoch, skip_batches=skip_batches,
+                    shuffle_buffer=tc.shuffle_buffer, cache=tc.cache, input_context=input_context,
+                    shard_policy=tc.shard_policy,
+                ))
+
+            return fn
+
+        result = _run(cfg, strategy, inputs, policy, dataset_fn, stream_fn, output_dir, sink)
         result.determinism = determinism_settings
         return result
 
 
-def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, output_dir: Path,
+def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, stream_fn, output_dir: Path,
          sink: Optional[MetricsSink]) -> TrainResult:
     tc = cfg.train
     global_batch = tc.batch_size_per_replica * strategy.num_replicas_in_sync
     # make_dataset drops the remainder of training batches.
     # parameter_server workers read their shards repeated: steps count over all workers together
     pipelines = 1 if distribute.is_coordinated(strategy) else distribute.worker_count(strategy)
-    micro_batches = max(_batches_per_pipeline(inputs, pipelines, global_batch), 1)
+    micro_batches = max(_batches_per_pipeline(inputs, pipelines, global_batch, tc.shard_policy), 1)
     if tc.steps_per_epoch:  # caps the batches (micro-batches) read per epoch
         micro_batches = min(micro_batches, tc.steps_per_epoch)
     accumulation = int(getattr(tc, "grad_accumulation_steps", 1) or 1)
@@ -484,29 +501,38 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, output_dir: Pa
     start_epoch = int(trainer.epoch.numpy())
     start_epoch_step = int(trainer.epoch_step.numpy())
     step = int(trainer.step.numpy())
-    # Every input pipeline (worker) reads exactly this many batches per epoch: with uneven shards a
-    # worker that ran out would feed empty batches into the collective step.
-    take = micro_batches
-
+    resumed_at_step = step
     distribute_ds = strategy.distribute_datasets_from_function
     per_worker_iterator = None
+    train_iterator = None
     if trainer.coordinator is not None:
         # parameter_server: each worker reads its shard of the train split forever; the chief
         # schedules steps_per_epoch steps per epoch and evaluates the validation split itself.
-        train_fn = dataset_fn("train", True, 0, None)
+        train_fn = dataset_fn("train", True)
         per_worker = trainer.coordinator.create_per_worker_dataset(
             distribute_ds(lambda ctx: train_fn(ctx).repeat())
         )
         per_worker_iterator = iter(per_worker)
-        train_ds = None
         val_ds = dataset_fn("validation", False)(tf.distribute.InputContext())
         trainer.build_steps(None, val_ds.element_spec)
     else:
-        train_ds = distribute_ds(dataset_fn("train", True, 0, take))
+        # Every input pipeline (worker) reads exactly steps_per_epoch x N micro-batches per epoch (with
+        # uneven shards a worker that ran out would feed empty batches into the collective step), epochs
+        # back to back, starting after the batches a resumed run has already trained on.
+        train_ds = distribute_ds(stream_fn(start_epoch, steps_per_epoch * accumulation, start_epoch_step * accumulation))
+        train_iterator = iter(train_ds)
         val_ds = distribute_ds(dataset_fn("validation", False))
         trainer.build_steps(train_ds.element_spec, val_ds.element_spec)
 
+    def flush_sink() -> None:
+        flush = getattr(sink, "flush", None)
+        if chief and callable(flush):
+            flush()
+
     def save(epoch: int, epoch_step: int) -> None:
+        # Metrics first: once a checkpoint exists, every metric of the steps before it is in the store
+        # (a resumed run never replays them, so a value still in the buffer would be lost for good).
+        flush_sink()
         trainer.step.assign(step)
         trainer.epoch.assign(epoch)
         trainer.epoch_step.assign(epoch_step)
@@ -519,77 +545,83 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, output_dir: Pa
     monitor.on_train_begin(trainer.model, step=step, optimizer=trainer.optimizer)
     t_start = time.perf_counter()
     epochs_run = 0
-    for epoch in range(start_epoch, tc.epochs):
-        skip = start_epoch_step if epoch == start_epoch else 0
-        if trainer.coordinator is not None:
-            epoch_ds = None
-        elif skip:
-            epoch_ds = distribute_ds(dataset_fn("train", True, skip * accumulation, take))
-        else:
-            epoch_ds = train_ds
-        for metric in (trainer.epoch_loss, trainer.epoch_acc, trainer.window_loss, trainer.window_acc):
-            metric.reset_state()
-        t_epoch = time.perf_counter()
-        window = {"t": t_epoch}
+    with interrupts.deferred():  # SIGTERM/SIGINT only flag a stop, taken at the next step or epoch end
+        for epoch in range(start_epoch, tc.epochs):
+            skip = start_epoch_step if epoch == start_epoch else 0
+            for metric in (trainer.epoch_loss, trainer.epoch_acc, trainer.window_loss, trainer.window_acc):
+                metric.reset_state()
+            t_epoch = time.perf_counter()
+            window = {"t": t_epoch}
 
-        def flush_window() -> None:
-            examples = _count(trainer.window_loss)
-            if examples <= 0:
-                return
-            now = time.perf_counter()
-            metrics = {
-                "train_loss": _value(trainer.window_loss.result()),
-                "train_accuracy": _value(trainer.window_acc.result()),
-                "learning_rate": trainer.learning_rate(),
-                "examples_per_sec": examples / max(now - window["t"], 1e-9),
+            def flush_window() -> None:
+                examples = _count(trainer.window_loss)
+                if examples <= 0:
+                    return
+                now = time.perf_counter()
+                metrics = {
+                    "train_loss": _value(trainer.window_loss.result()),
+                    "train_accuracy": _value(trainer.window_acc.result()),
+                    "learning_rate": trainer.learning_rate(),
+                    "examples_per_sec": examples / max(now - window["t"], 1e-9),
+                }
+                trainer.window_loss.reset_state()
+                trainer.window_acc.reset_state()
+                window["t"] = now
+                if sink is not None and chief:
+                    sink.log_metrics(metrics, step)
+                monitor.on_step(step, metrics)
+
+            def on_step(steps_in_epoch: int) -> None:
+                nonlocal step
+                step += 1
+                monitor.on_step(step)  # profiler range transitions
+                if step % tc.log_every_steps == 0:
+                    flush_window()
+                if interrupts.requested() is not None:  # SIGTERM/SIGINT: checkpoint this very step, then stop
+                    if trainer.coordinator is not None:
+                        trainer.coordinator.join()  # the steps scheduled so far are done
+                    flush_window()
+                    save(epoch, skip + steps_in_epoch)
+                    log.warning("stop requested: checkpoint saved at step %d (epoch %d, batch %d)", step, epoch,
+                                skip + steps_in_epoch)
+                    interrupts.raise_if_requested(f"at step {step}")
+                if step % tc.checkpoint_every_steps == 0:
+                    save(epoch, skip + steps_in_epoch)
+
+            if trainer.coordinator is not None:
+                ran = trainer.run_coordinated_epoch(per_worker_iterator, steps_per_epoch - skip, on_step=on_step)
+            else:
+                ran = trainer.run_train_epoch(train_iterator, steps_per_epoch - skip, on_step=on_step)
+            flush_window()  # the tail of the epoch, so short epochs still report step metrics
+            epoch_seconds = time.perf_counter() - t_epoch
+            examples = _count(trainer.epoch_loss)
+            if ran == 0 and not skip:
+                raise DataError(
+                    f"train split ({inputs.num_train_examples} examples) gives no full batch of {global_batch} "
+                    f"(no batches); lower train.batch_size_per_replica"
+                )
+            nan = float("nan")  # a resumed epoch whose batches were all trained before the interruption
+            row = {
+                "epoch": epoch,
+                "epoch_train_loss": _value(trainer.epoch_loss.result()) if examples else nan,
+                "epoch_train_accuracy": _value(trainer.epoch_acc.result()) if examples else nan,
+                **trainer.run_eval(val_ds),
+                "epoch_seconds": epoch_seconds,
+                "epoch_examples_per_sec": examples / max(epoch_seconds, 1e-9),
             }
-            trainer.window_loss.reset_state()
-            trainer.window_acc.reset_state()
-            window["t"] = now
+            history.append(row)
+            if chief:
+                _write_history(ckpt_dir, history)  # a row past the checkpoint's epoch is dropped on resume
             if sink is not None and chief:
-                sink.log_metrics(metrics, step)
-            monitor.on_step(step, metrics)
-
-        def on_step(steps_in_epoch: int) -> None:
-            nonlocal step
-            step += 1
-            monitor.on_step(step)  # profiler range transitions
-            if step % tc.log_every_steps == 0:
-                flush_window()
-            if step % tc.checkpoint_every_steps == 0:
-                save(epoch, skip + steps_in_epoch)
-
-        if trainer.coordinator is not None:
-            ran = trainer.run_coordinated_epoch(per_worker_iterator, steps_per_epoch - skip, on_step=on_step)
-        else:
-            ran = trainer.run_train_epoch(epoch_ds, on_step=on_step)
-        flush_window()  # the tail of the epoch, so short epochs still report step metrics
-        epoch_seconds = time.perf_counter() - t_epoch
-        examples = _count(trainer.epoch_loss)
-        if ran == 0 and not skip:
-            raise DataError(
-                f"train split ({inputs.num_train_examples} examples) gives no full batch of {global_batch} "
-                f"(no batches); lower train.batch_size_per_replica"
-            )
-        nan = float("nan")  # a resumed epoch whose batches were all trained before the interruption
-        row = {
-            "epoch": epoch,
-            "epoch_train_loss": _value(trainer.epoch_loss.result()) if examples else nan,
-            "epoch_train_accuracy": _value(trainer.epoch_acc.result()) if examples else nan,
-            **trainer.run_eval(val_ds),
-            "epoch_seconds": epoch_seconds,
-            "epoch_examples_per_sec": examples / max(epoch_seconds, 1e-9),
-        }
-        save(epoch + 1, 0)
-        history.append(row)
-        if chief:
-            _write_history(ckpt_dir, history)
-        if sink is not None and chief:
-            sink.log_metrics({k: float(row[k]) for k in EPOCH_METRICS}, epoch)
-        monitor.on_epoch_end(epoch, row, trainer.model)
-        log.info("epoch %d/%d: %s", epoch + 1, tc.epochs,
-                 ", ".join(f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"))
-        epochs_run += 1
+                sink.log_metrics({k: float(row[k]) for k in EPOCH_METRICS}, epoch)
+            save(epoch + 1, 0)
+            if interrupts.requested() is not None:  # signalled during validation or the save: stop here
+                log.warning("stop requested: checkpoint saved at step %d (end of epoch %d)", step, epoch)
+                interrupts.raise_if_requested(f"at step {step}")
+            monitor.on_epoch_end(epoch, row, trainer.model)
+            log.info("epoch %d/%d: %s", epoch + 1, tc.epochs,
+                     ", ".join(f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"))
+            epochs_run += 1
     train_seconds = time.perf_counter() - t_start
     monitor.on_train_end()
 
@@ -628,6 +660,7 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, output_dir: Pa
         epochs_run=epochs_run,
         initial_epoch=start_epoch,
         resumed=resumed,
+        resumed_at_step=resumed_at_step,
         weights_sha256=_weights_sha256(trainer.model),
     )
 
@@ -638,7 +671,7 @@ def _weights_sha256(model) -> str:
     return weights_sha256(model)
 
 
-def _batches_per_pipeline(inputs: _Inputs, num_pipelines: int, global_batch: int) -> int:
+def _batches_per_pipeline(inputs: _Inputs, num_pipelines: int, global_batch: int, shard_policy: str = "auto") -> int:
     """Full training batches the smallest input pipeline yields per epoch (mirrors make_dataset's sharding:
     whole files when there are at least as many files as pipelines, else every n-th record)."""
     n = max(int(num_pipelines), 1)
@@ -646,7 +679,9 @@ def _batches_per_pipeline(inputs: _Inputs, num_pipelines: int, global_batch: int
     sizes = inputs.train_shard_sizes or []
     if n == 1 or not sizes or sum(sizes) != inputs.num_train_examples:
         return inputs.num_train_examples // global_batch
-    if len(sizes) >= n:
+    from tfpipe.data.inputs import shard_by_file
+
+    if shard_by_file(len(sizes), n, shard_policy):
         smallest = min(sum(sizes[i::n]) for i in range(n))
     else:
         smallest = inputs.num_train_examples // n

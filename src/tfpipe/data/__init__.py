@@ -45,13 +45,18 @@ def prepare(cfg, *, progress: bool = True) -> dict:
     return _prepare(cfg, progress=progress)
 
 
-def make_dataset(prepared_dir, split, *, batch_size, training, seed, shuffle_buffer=10000, cache=True,
-                 input_context=None):
+def make_dataset(prepared_dir, split, **kwargs):
     """`(features, labels)` batches of one prepared split; see `tfpipe.data.inputs.make_dataset`."""
     from tfpipe.data.inputs import make_dataset as _make_dataset
 
-    return _make_dataset(prepared_dir, split, batch_size=batch_size, training=training, seed=seed,
-                         shuffle_buffer=shuffle_buffer, cache=cache, input_context=input_context)
+    return _make_dataset(prepared_dir, split, **kwargs)
+
+
+def make_train_stream(prepared_dir, **kwargs):
+    """Every remaining training epoch, back to back, resumable at any batch; see `tfpipe.data.inputs`."""
+    from tfpipe.data.inputs import make_train_stream as _make_train_stream
+
+    return _make_train_stream(prepared_dir, **kwargs)
 
 
 def read_vocab(prepared_dir) -> list:

@@ -1,4 +1,11 @@
-"""The tf.data input pipeline over prepared TFRecord shards."""
+"""The tf.data input pipelines over prepared TFRecord shards.
+
+`make_dataset` reads one split once (evaluation, validation, input examples). `make_train_stream` is
+what training iterates: every remaining epoch of the train split back to back, each epoch shuffled with
+its own seed (`seed`, epoch) so the order of epoch e never depends on how many epochs this process has
+already run. A run resumed at (epoch, batch) therefore reads exactly the batches the uninterrupted run
+would have read from there on, which is what makes a resumed run bit-identical (with op determinism).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,8 @@ from tfpipe.data.manifest import load_manifest
 from tfpipe.data.tfrecords import parse_batch_fn
 from tfpipe.errors import DataError
 
+SHARD_POLICIES = ("auto", "file", "data")  # how input pipelines (workers) split a split between them
+
 
 def make_dataset(
     prepared_dir: str | os.PathLike,
@@ -22,6 +31,7 @@ def make_dataset(
     shuffle_buffer: int = 10000,
     cache: bool = True,
     input_context: tf.distribute.InputContext | None = None,
+    shard_policy: str = "auto",
 ) -> tf.data.Dataset:
     """`(features, labels)` batches of one prepared split.
 
@@ -31,9 +41,74 @@ def make_dataset(
     epoch), batched (`drop_remainder=training`), parsed in parallel and prefetched.
 
     With `input_context` (from `strategy.distribute_datasets_from_function`), `batch_size` is the GLOBAL
-    batch: each input pipeline reads its own part of the data (whole shards when there are at least as many
-    shards as pipelines, else every n-th record) and batches `get_per_replica_batch_size(batch_size)`.
+    batch: each input pipeline reads its own part of the data (`shard_policy`: `file` whole shards, `data`
+    every n-th record, `auto` whole shards when there are at least as many shards as pipelines, else every
+    n-th record) and batches `get_per_replica_batch_size(batch_size)`.
     """
+    manifest, records, batch_size = _records(prepared_dir, split, batch_size, cache, input_context, shard_policy)
+    if training:
+        records = records.shuffle(int(shuffle_buffer), seed=seed, reshuffle_each_iteration=True)
+    ds = records.batch(batch_size, drop_remainder=training)
+    ds = ds.map(parse_batch_fn(manifest), num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def make_train_stream(
+    prepared_dir: str | os.PathLike,
+    *,
+    batch_size: int,
+    seed: int,
+    start_epoch: int,
+    epochs: int,
+    batches_per_epoch: int,
+    skip_batches: int = 0,
+    shuffle_buffer: int = 10000,
+    cache: bool = True,
+    input_context: tf.distribute.InputContext | None = None,
+    shard_policy: str = "auto",
+    split: str = "train",
+) -> tf.data.Dataset:
+    """Epochs `start_epoch .. epochs-1` of `split`, `batches_per_epoch` full batches each, back to back,
+    minus the first `skip_batches` batches of `start_epoch` (those a resumed run already trained on).
+
+    Epoch e is shuffled with the seed pair (seed, e) and no reshuffling, so it is the same order in an
+    uninterrupted run and in one resumed at any point. Batching, sharding and caching as `make_dataset`;
+    the record cache is shared by all epochs (the first epoch fills it).
+    """
+    manifest, records, batch_size = _records(prepared_dir, split, batch_size, cache, input_context, shard_policy)
+    base_seed = tf.constant(int(seed), tf.int64)
+    buffer = int(shuffle_buffer)
+
+    def one_epoch(epoch):
+        epoch_seed = base_seed * 1_000_003 + epoch  # distinct, reproducible per (seed, epoch)
+        shuffled = records.shuffle(buffer, seed=epoch_seed, reshuffle_each_iteration=False)
+        return shuffled.batch(batch_size, drop_remainder=True).take(int(batches_per_epoch))
+
+    ds = tf.data.Dataset.range(int(start_epoch), int(epochs)).flat_map(one_epoch)
+    if skip_batches:
+        ds = ds.skip(int(skip_batches))  # before parsing: skipped batches are read but not decoded
+    ds = ds.map(parse_batch_fn(manifest), num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def shard_by_file(num_files: int, num_pipelines: int, shard_policy: str = "auto") -> bool:
+    """Whether each input pipeline reads whole shard files (else every n-th record); see make_dataset."""
+    if shard_policy not in SHARD_POLICIES:
+        raise DataError(f"train.shard_policy={shard_policy!r}: expected one of {', '.join(SHARD_POLICIES)}")
+    if num_pipelines <= 1:
+        return False
+    if shard_policy == "file":
+        if num_files < num_pipelines:
+            raise DataError(
+                f"train.shard_policy=file: {num_files} shard file(s) cannot give each of {num_pipelines} input "
+                f"pipelines its own; lower data.examples_per_shard and prepare again, or use shard_policy=auto|data"
+            )
+        return True
+    return shard_policy == "auto" and num_files >= num_pipelines
+
+
+def _records(prepared_dir, split, batch_size, cache, input_context, shard_policy):
+    """(manifest, serialized records of this input pipeline's part of the split, per-pipeline batch size)."""
     prepared_dir = Path(prepared_dir)
     manifest = load_manifest(prepared_dir)
     splits = manifest["splits"]
@@ -50,10 +125,10 @@ def make_dataset(
     if input_context is not None:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
         num_pipelines, pipeline_id = input_context.num_input_pipelines, input_context.input_pipeline_id
-    shard_by_file = num_pipelines > 1 and len(files) >= num_pipelines
+    by_file = shard_by_file(len(files), num_pipelines, shard_policy)
 
     ds = tf.data.Dataset.from_tensor_slices(tf.constant(files, dtype=tf.string, shape=[len(files)]))
-    if shard_by_file:
+    if by_file:
         ds = ds.shard(num_pipelines, pipeline_id)
     ds = ds.interleave(
         tf.data.TFRecordDataset,
@@ -61,12 +136,8 @@ def make_dataset(
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
-    if num_pipelines > 1 and not shard_by_file:
+    if num_pipelines > 1 and not by_file:
         ds = ds.shard(num_pipelines, pipeline_id)
     if cache:
         ds = ds.cache()
-    if training:
-        ds = ds.shuffle(int(shuffle_buffer), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.batch(batch_size, drop_remainder=training)
-    ds = ds.map(parse_batch_fn(manifest), num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return manifest, ds, batch_size

@@ -102,6 +102,7 @@ class Run:
         self._lock = threading.Lock()
         self._closed = False
         self._warned_bad_values: set = set()
+        self._logged_up_to: dict[str, int] = {}  # key -> last step already in the store (a resumed run)
 
     def __repr__(self) -> str:
         return f"Run(run_id={self.run_id!r}, stage={self.stage!r}, name={self.run_name!r})"
@@ -190,11 +191,22 @@ class Run:
                         self._warned_bad_values.add(key)
                         log.warning("metric %s=%r is not a number; not logged", key, value)
                     continue
-                self._buffer.append(Metric(_metric_key(key), number, timestamp, int(step)))
+                name = _metric_key(key)
+                if int(step) <= self._logged_up_to.get(name, -1):
+                    continue  # replayed after a resume: the interrupted run logged this step already
+                self._buffer.append(Metric(name, number, timestamp, int(step)))
             due = (self._closed or len(self._buffer) >= self.flush_every
                    or time.monotonic() - self._last_flush >= self.flush_seconds)
         if due:
             self.flush()
+
+    def skip_logged_steps(self) -> None:
+        """From now on drop values of (key, step) at or below the last step the store holds for key:
+        a resumed training replays the steps between its last checkpoint and the interruption."""
+        for key in self.client.get_run(self.run_id).data.metrics:
+            steps = [m.step for m in self.client.get_metric_history(self.run_id, key)]
+            if steps:
+                self._logged_up_to[key] = max(steps)
 
     def flush(self, _final: bool = False) -> None:
         """Send buffered metrics now. A store hiccup mid-training only warns (values are kept for
@@ -374,6 +386,13 @@ def _start(run_id: Optional[str], *, experiment_id: Optional[str] = None, run_na
         raise TrackingError(f"MLflow could not open {target} on {redact_url(uri)}: {_one_line(exc)}") from None
 
 
+def _run_exists(client: MlflowClient, run_id: str) -> bool:
+    try:
+        return client.get_run(run_id).info.lifecycle_stage == "active"
+    except MlflowException:
+        return False
+
+
 def write_run_file(path, info: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -402,17 +421,24 @@ def read_run_file(path) -> dict:
 
 
 def start_run(cfg, project_root, *, stage: str = "train", is_chief: bool = True, flush_every: int = BATCH_METRICS,
-              flush_seconds: float = 15.0) -> Run:
-    """Open the run for the train stage (see module docstring) and write `tracking.run_file`."""
+              flush_seconds: float = 15.0, resume_run_id: Optional[str] = None) -> Run:
+    """Open the run for the train stage (see module docstring) and write `tracking.run_file`.
+
+    `resume_run_id`: the run of an interrupted training this one resumes. It is re-opened (metrics
+    of the steps it already logged are not sent again) when it is in this store and no MLFLOW_RUN_ID
+    is given; otherwise the new run is tagged `tfpipe.resumed_from` with it."""
     if not is_chief:
         return NullRun(stage)
     root = Path(project_root)
     name = _run_name(cfg)
     env_run_id = os.environ.get("MLFLOW_RUN_ID", "").strip() or None
     uri, client, reset_uri = _connect(cfg, root)
+    reopen = bool(resume_run_id) and not env_run_id and _run_exists(client, resume_run_id)
     try:
         if env_run_id:
             active = _start(env_run_id, run_name=name, where="env MLFLOW_RUN_ID", uri=uri)
+        elif reopen:
+            active = _start(resume_run_id, where="the interrupted training's run", uri=uri)
         else:
             location = backend.artifact_location_for(cfg.tracking, root, uri)
             experiment_id = backend.ensure_experiment(client, cfg.tracking.experiment_name, location)
@@ -426,6 +452,17 @@ def start_run(cfg, project_root, *, stage: str = "train", is_chief: bool = True,
     run = Run(run_id=active.info.run_id, experiment_id=active.info.experiment_id, tracking_uri=uri, run_name=name,
               stage=stage, client=client, env_run_id=env_run_id, flush_every=flush_every, flush_seconds=flush_seconds,
               reset_tracking_uri=reset_uri)
+    if resume_run_id:
+        try:
+            if reopen:
+                run.skip_logged_steps()
+                resumes = int(client.get_run(run.run_id).data.tags.get("tfpipe.resumes", "0")) + 1
+                client.set_tag(run.run_id, "tfpipe.resumes", str(resumes))
+            else:
+                client.set_tag(run.run_id, "tfpipe.resumed_from", resume_run_id)
+        except MlflowException as exc:
+            run.close("FAILED", _raise=False)
+            raise TrackingError(f"MLflow store {redact_url(uri)}: cannot resume run {resume_run_id}: {_one_line(exc)}") from None
     try:
         write_run_file(root / cfg.tracking.run_file, {
             "run_id": run.run_id, "experiment_id": run.experiment_id,

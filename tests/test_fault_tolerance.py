@@ -1,0 +1,198 @@
+"""Crash and resume: SIGTERM / kill -9 mid-training, then the same command again.
+
+In-process tests stop the loop with a real SIGTERM sent to this process; subprocess tests run the real
+train entry point (`python -m pipeline.train`) against a real SQLite MLflow store and kill it with
+signals. With op determinism (the default), a resumed run ends with the same weights as an
+uninterrupted one, and the MLflow run holds every step's metrics exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from tfpipe import config, interrupts, training
+
+ROOT = Path(__file__).resolve().parents[1]
+# prepared_image: 21 train examples -> 5 steps per epoch at batch 4; dropout exercises the RNG state.
+TINY = ("model.filters=[8,8]", "model.dense_units=16", "model.dropout=0.3", "train.batch_size_per_replica=4",
+        "train.shuffle_buffer=64")
+
+
+def _cfg(*overrides):
+    return config.compose([*TINY, *overrides], config_dir=ROOT / "conf")
+
+
+class SignalAtStep:
+    """A MetricsSink that sends this process `sig` when step `at` is logged (log_every_steps=1)."""
+
+    def __init__(self, at: int, sig=signal.SIGTERM):
+        self.at, self.sig, self.steps = at, sig, []
+
+    def log_metrics(self, metrics, step):
+        if "train_loss" in metrics:
+            self.steps.append(step)
+            if step == self.at:
+                signal.raise_signal(self.sig)
+
+
+@pytest.mark.parametrize("stop_at", [7, 10])  # mid-epoch (epoch 1, batch 2) and exactly at an epoch end
+def test_sigterm_checkpoints_the_step_and_the_resumed_run_is_bit_identical(prepared_image, tmp_path, stop_at):
+    cfg = _cfg("train.epochs=3", "train.log_every_steps=1", "train.checkpoint_every_steps=100")
+    reference = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path / "reference")
+
+    out = tmp_path / "interrupted"
+    sink = SignalAtStep(stop_at)
+    with interrupts.graceful_stop(), pytest.raises(interrupts.Interrupted) as stopped:
+        training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out, sink=sink)
+    assert stopped.value.signum == signal.SIGTERM
+    assert sink.steps[-1] == stop_at  # stopped right after the step it was signalled in
+    assert tf.train.latest_checkpoint(str(out / "checkpoints")).endswith(f"ckpt-{stop_at}")
+    assert not (out / "saved_model").exists()  # nothing that looks like a finished training
+
+    resumed = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out, sink=SignalAtStep(-1))
+    assert resumed.resumed and resumed.resumed_at_step == stop_at
+    assert resumed.steps == reference.steps == 15
+    assert resumed.weights_sha256 == reference.weights_sha256
+    assert [row["epoch"] for row in resumed.history] == [0, 1, 2]
+
+
+def test_second_signal_stops_at_once(prepared_image, tmp_path):
+    """A stop request pending (the loop has not reached a step boundary yet) + another signal: raise now."""
+    with interrupts.graceful_stop():
+        with interrupts.deferred():
+            signal.raise_signal(signal.SIGTERM)
+            assert interrupts.requested() == signal.SIGTERM
+            with pytest.raises(interrupts.Interrupted):
+                signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+
+
+def test_train_stream_resumes_at_any_batch(prepared_image):
+    """Epoch e's order depends on (seed, e) only: the stream from (epoch 1, batch 3) is the tail of the full one."""
+    from tfpipe import data
+
+    def labels(**kw):
+        ds = data.make_train_stream(prepared_image.prepared_dir, batch_size=4, seed=5, epochs=3,
+                                    batches_per_epoch=5, shuffle_buffer=64, **kw)
+        return [b[1].numpy().tolist() for b in ds]
+
+    full = labels(start_epoch=0)
+    assert len(full) == 15 and full[:5] != full[5:10]  # epochs are shuffled differently
+    assert labels(start_epoch=1, skip_batches=3) == full[8:]
+    assert labels(start_epoch=2) == full[10:]
+
+
+# ----------------------------------------------------------------------------- real processes, real store
+
+SUBPROCESS_TINY = [*TINY, "train.epochs=40", "train.log_every_steps=1", "train.checkpoint_every_steps=3",
+                   "tracking.log_model=false", "train.tensorboard=false"]
+TOTAL_STEPS = 40 * 5
+
+
+def _project(tmp: Path, prepared_dir: Path, name: str) -> tuple[Path, list, dict]:
+    project = tmp / name
+    shutil.copytree(ROOT / "conf", project / "conf")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TF_CONFIG"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    cmd = [sys.executable, "-m", "pipeline.train", *SUBPROCESS_TINY, f"data.output_dir={prepared_dir}"]
+    return project, cmd, env
+
+
+def _latest_step(project: Path) -> int:
+    latest = tf.train.latest_checkpoint(str(project / "models" / "cifar10" / "checkpoints"))
+    return int(latest.rsplit("-", 1)[1]) if latest else 0
+
+
+def _start_and_signal(cmd, project, env, sig, after_step: int, timeout: float = 180) -> tuple[int, str]:
+    proc = subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + timeout
+    try:
+        while _latest_step(project) < after_step:
+            assert proc.poll() is None, f"training ended before step {after_step}:\n{proc.stdout.read()[-3000:]}"
+            assert time.monotonic() < deadline, "no checkpoint in time"
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out
+
+
+def _run(cmd, project, env) -> str:
+    proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stderr
+
+
+def _store(project: Path):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    runs = client.search_runs(client.search_experiments()[0].experiment_id if client.search_experiments() else [],
+                              run_view_type=3)
+    return client, runs
+
+
+def _weights(project: Path) -> str:
+    return (project / "models" / "cifar10" / "weights.sha256").read_text().strip()
+
+
+@pytest.fixture(scope="module")
+def reference_weights(prepared_image, tmp_path_factory):
+    project, cmd, env = _project(tmp_path_factory.mktemp("ft"), prepared_image.prepared_dir, "reference")
+    _run(cmd, project, env)
+    return _weights(project)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code, status", [(signal.SIGKILL, -9, "RUNNING"), (signal.SIGTERM, 143, "KILLED")])
+def test_killed_training_resumes_to_the_same_weights_in_the_same_run(
+        prepared_image, tmp_path, reference_weights, sig, code, status):
+    project, cmd, env = _project(tmp_path, prepared_image.prepared_dir, "project")
+    returncode, out = _start_and_signal(cmd, project, env, sig, after_step=30)
+    assert returncode == code, out[-3000:]
+    stopped_at = _latest_step(project)
+    assert 30 <= stopped_at < TOTAL_STEPS
+    assert not (project / "models" / "cifar10" / "training_state.json").exists()
+    client, runs = _store(project)
+    assert len(runs) == 1 and runs[0].info.status == status  # kill -9 leaves it RUNNING: nothing can run then
+    if sig == signal.SIGTERM:
+        assert "interrupted (stopped by SIGTERM" in out and f"checkpoint saved at step {stopped_at}" in out
+
+    _run(cmd, project, env)  # the same command again
+    assert _weights(project) == reference_weights
+    client, runs = _store(project)
+    assert len(runs) == 1, "the resumed training continues the interrupted run"
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["tfpipe.resumes"] == "1" and run.data.tags["tfpipe.resumed_at_step"] == str(stopped_at)
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")]
+    assert sorted(steps) == list(range(1, TOTAL_STEPS + 1)), "every step logged exactly once"
+    epochs = [m.step for m in client.get_metric_history(run.info.run_id, "val_loss")]
+    assert sorted(epochs) == list(range(40))
+
+
+@pytest.mark.slow
+def test_a_crash_marks_the_run_failed(prepared_image, tmp_path):
+    """An exception mid-stage (here: the TensorBoard folder cannot be created) ends the run FAILED."""
+    project, cmd, env = _project(tmp_path, prepared_image.prepared_dir, "project")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    cmd = [c for c in cmd if not c.startswith(("train.epochs=", "train.tensorboard="))]
+    cmd += ["train.epochs=1", "train.tensorboard=true", f"train.tensorboard_dir={blocker}/tb"]
+    proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode not in (0, 143), proc.stderr[-3000:]
+    client, runs = _store(project)
+    assert len(runs) == 1 and runs[0].info.status == "FAILED"
