@@ -5,7 +5,9 @@ Starts the processes of a multi-process strategy on loopback ports, each running
 workers (worker 0 is the chief); parameter_server -> a chief (the coordinator), `strategy.num_workers`
 workers and `strategy.num_ps` parameter servers. Each line a process prints is prefixed with its role
 (`[worker:1] ...`). If any process fails, the launcher stops the others (SIGTERM, then SIGKILL after a
-grace period) and exits with that process's code; when the chief finishes, ps/worker servers are stopped.
+grace period, `strategy.stop_grace_seconds`) and exits with that process's code, or, while
+`strategy.max_restarts` allows, starts the whole job again (the chief resumes from its last checkpoint and
+continues the same MLflow run); when the chief finishes, ps/worker servers are stopped.
 `python -m pipeline.train` delegates here by itself when the strategy needs it and TF_CONFIG is unset,
 so `dvc repro` with strategy=multi_worker_mirrored works unchanged.
 """
@@ -158,15 +160,30 @@ def _signal_group(proc: subprocess.Popen, sig) -> None:
         pass
 
 
-def launch(cfg, train_args: Sequence[str], root: Path, grace: float = GRACE_SECONDS) -> int:
+NO_RESTART_CODES = (2, 130, 143)  # bad input, or stopped by the user / a cluster manager: restarting cannot help
+
+
+def launch(cfg, train_args: Sequence[str], root: Path, grace: Optional[float] = None, out=None) -> int:
+    """Run the job; when a process dies, stop the rest and start the whole job again, up to
+    `strategy.max_restarts` times (the chief resumes from the last checkpoint, in the same MLflow run)."""
     from tfpipe.config import MULTI_PROCESS_STRATEGIES
     from tfpipe.errors import ConfigError
 
     st = cfg.strategy
     if st.name not in MULTI_PROCESS_STRATEGIES:
         raise ConfigError(f"strategy.name={st.name!r}: the launcher starts only {', '.join(MULTI_PROCESS_STRATEGIES)}")
-    return Launcher(st.name, st.num_workers, st.num_ps if st.name == "parameter_server" else 0, train_args, root,
-                    grace=grace).run()
+    grace = st.stop_grace_seconds if grace is None else grace
+    out = out or sys.stdout
+    attempt = 0
+    while True:
+        code = Launcher(st.name, st.num_workers, st.num_ps if st.name == "parameter_server" else 0, train_args, root,
+                        grace=grace, out=out).run()  # fresh loopback ports every attempt
+        if code == 0 or code in NO_RESTART_CODES or attempt >= st.max_restarts:
+            return code
+        attempt += 1
+        out.write(f"[launcher] restart {attempt} of {st.max_restarts} (strategy.max_restarts): the job resumes from "
+                  f"its last checkpoint\n")
+        out.flush()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -179,7 +196,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m pipeline.launch", description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, passed on to every train process")
     parser.add_argument("--params", default="params.yaml", help="composed config to read when no overrides are given")
-    parser.add_argument("--grace", type=float, default=GRACE_SECONDS, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument("--grace", type=float, default=None,
+                        help="seconds between SIGTERM and SIGKILL (default: strategy.stop_grace_seconds)")
     args = parser.parse_args(argv)
     overrides = [part for arg in args.overrides for part in shlex.split(arg)]
     logging.basicConfig(level=logging.INFO)

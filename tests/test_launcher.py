@@ -177,3 +177,51 @@ def test_killing_one_worker_stops_the_job_with_no_orphans(prepared_image, tmp_pa
     assert any("worker:1" in l and "exited with" in l for l in rest), "".join(rest[-20:])
     time.sleep(0.5)
     assert not [p for p in pids.values() if _alive(p)], "orphan processes left"
+
+
+@pytest.mark.slow
+def test_a_dead_worker_restarts_the_job_which_resumes_in_the_same_run(prepared_image, tmp_path):
+    """strategy.max_restarts=1: worker 1 is killed mid-training; the launcher stops the job, starts it again,
+    the chief resumes from its last checkpoint and finishes the one MLflow run."""
+    import shutil
+
+    from mlflow import MlflowClient
+
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    db = tmp_path / "mlflow.db"
+    cmd = [sys.executable, "-m", "pipeline.train", "strategy=multi_worker_mirrored", "strategy.max_restarts=1",
+           "strategy.stop_grace_seconds=2", "model.filters=[4]", "model.dense_units=8",
+           "train.batch_size_per_replica=2", "train.epochs=8", "train.checkpoint_every_steps=2",
+           "tracking.log_model=false", "train.tensorboard=false",
+           f"data.output_dir={prepared_image.prepared_dir}", f"tracking.uri=sqlite:///{db}"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(l) for l in proc.stdout], daemon=True).start()
+    log, killed, deadline = [], False, time.monotonic() + 400
+    try:
+        while proc.poll() is None or not lines.empty():
+            assert time.monotonic() < deadline, "job did not finish:\n" + "".join(log[-40:])
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            log.append(line)
+            if line.startswith("[launcher] started") and not killed:
+                pids = {k: int(v) for k, v in (p.split("=") for p in line.split(": ", 1)[1].strip().split(", "))}
+            if not killed and line.startswith("[worker:0]") and "epoch 3/" in line:
+                os.kill(pids["worker:1"], signal.SIGKILL)
+                killed = True
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = "".join(log)
+    assert killed and code == 0, text[-4000:]
+    assert "restart 1 of 1" in text and "resuming from" in text
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert runs[0].data.tags["tfpipe.resumes"] == "1"
+    epochs = sorted(m.step for m in client.get_metric_history(runs[0].info.run_id, "val_loss"))
+    assert epochs == list(range(8)), "every epoch's metrics exactly once"
