@@ -102,3 +102,27 @@ def test_unknown_split_and_bad_batch_size(prepared_image):
     with pytest.raises(DataError, match="batch_size"):
         data.make_dataset(prepared_dir, "test", batch_size=0, training=False, seed=0)
 
+
+
+@pytest.mark.parametrize("policy", ["file", "data"])
+def test_shard_policy_splits_the_train_split_without_overlap(prepared_text, policy):
+    """train.shard_policy: file gives each pipeline whole shards, data every 2nd record; never an example twice."""
+    _, prepared_dir = prepared_text
+    everything = _labels_and_keys(data.make_dataset(prepared_dir, "train", batch_size=8, training=False, seed=0))
+    parts = []
+    for pipeline_id in range(2):
+        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline_id, num_replicas_in_sync=2)
+        parts.append(_labels_and_keys(data.make_dataset(prepared_dir, "train", batch_size=4, training=False, seed=0,
+                                                        input_context=ctx, shard_policy=policy)))
+    assert not set(parts[0]) & set(parts[1]) and sorted(parts[0] + parts[1]) == sorted(everything)
+    from tfpipe.data.inputs import shard_by_file
+
+    assert shard_by_file(5, 2, policy) == (policy == "file")
+
+
+def test_file_shard_policy_with_too_few_shards_is_a_clear_error(prepared_text):
+    _, prepared_dir = prepared_text  # validation has 1 shard
+    ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=0, num_replicas_in_sync=2)
+    with pytest.raises(DataError, match="train.shard_policy=file: 1 shard file"):
+        data.make_dataset(prepared_dir, "validation", batch_size=4, training=False, seed=0, input_context=ctx,
+                          shard_policy="file")

@@ -439,7 +439,7 @@ def train(cfg, *, prepared_dir, output_dir, sink: Optional[MetricsSink] = None) 
                 return vectorized(data.make_dataset(
                     prepared_dir, split, batch_size=global_batch, training=training, seed=tc.seed,
                     shuffle_buffer=tc.shuffle_buffer, cache=tc.cache, input_context=input_context,
-                    shard_policy=tc.shard_policy,
+                    shard_policy=tc.shard_policy if split == "train" else "auto",  # the policy is for the train split
                 ))
 
             return fn
