@@ -277,23 +277,27 @@ def schema_key(dotted: str, value: Any = None) -> Any:
             raise ConfigError(f"{dotted}: unknown config key; '{parent}' is a value, not a section")
         fields = [f.name for f in dataclasses.fields(tp)]
         if part not in fields:
-            raise unknown_key(".".join(parts[: i + 1]), fields, value=value)
+            raise unknown_key(".".join(parts[: i + 1]), fields, value=value, typed=dotted)
         tp = _type_hints(tp)[part]
     return tp
 
 
-def unknown_key(dotted: str, allowed: list, value: Any = None) -> ConfigError:
-    """'<key>: unknown config key (did you mean ...?); allowed keys under <parent>: ...'"""
+def unknown_key(dotted: str, allowed: list, value: Any = None, typed: Optional[str] = None) -> ConfigError:
+    """'<key>=<value>: unknown config key (did you mean ...?); allowed keys under <parent>: ...'
+
+    `dotted` is the key up to the unknown part, `typed` the whole key as given (may go deeper)."""
+    typed = typed or dotted
+    rest = typed[len(dotted):]  # '.epochs' when 'trian.epochs' was typed
     parent, _, leaf = dotted.rpartition(".")
     prefix = f"{parent}." if parent else ""
-    hint = KEY_HINTS.get(dotted)
+    hint = KEY_HINTS.get(typed) or KEY_HINTS.get(dotted)
     if hint:
         suggestion, why = hint
         did_you_mean = f" (did you mean '{suggestion}'?{' ' + why if why else ''})"
     else:
         close = difflib.get_close_matches(leaf, allowed, n=1)
-        did_you_mean = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
-    shown = f"{dotted}={value}" if value not in (None, "") else dotted
+        did_you_mean = f" (did you mean '{prefix}{close[0]}{rest}'?)" if close else ""
+    shown = f"{typed}={value}" if value not in (None, "") else typed
     return ConfigError(
         f"{shown}: unknown config key{did_you_mean}; allowed keys under '{parent or '<root>'}': {', '.join(allowed)}"
     )
@@ -311,6 +315,19 @@ def _hydra_error(exc: BaseException, overrides) -> ConfigError:
             f"{key}={value}: this key is not set by the selected '{group}' config option; add it with "
             f"+{key}={value}, or pick a {group} option that has it"
         )
+    text = re.sub(r"\s*full_key: \S+.*$", "", text)  # OmegaConf appends key/object details
+    key = None
+    for err in (exc, exc.__cause__, exc.__context__):
+        key = key or getattr(err, "full_key", None)
+    if key:
+        value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), None)
+        return ConfigError(f"{key}={value}: {text}" if value is not None else f"{key}: {text}")
+    bad = getattr(exc, "override", None) or getattr(exc.__cause__, "override", None)
+    interpolated = [o for o in overrides if "${" in o]
+    if bad is None and "interpolation" in text.lower() and len(interpolated) == 1:
+        return ConfigError(f"{interpolated[0].lstrip('+~')}: {text}")
+    if bad is not None:
+        return ConfigError(f"override {str(bad)!r}: {text}")
     return ConfigError(f"override {' '.join(overrides) or '(none)'}: {text}")
 
 
