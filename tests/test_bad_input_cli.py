@@ -63,6 +63,7 @@ BAD_OVERRIDES = [
     (["+model._target_=os.system"], ["model._target_=os.system", "unknown config key", "allowed keys under 'model'"]),
     (["train.global_batch_size=256"], ["train.global_batch_size=256", "did you mean 'train.batch_size_per_replica'",
                                        "divides evenly"]),
+    (["trian.epochs=3"], ["trian.epochs=3", "did you mean 'train.epochs'", "allowed keys under '<root>'"]),
     (["train.epochs.x=1"], ["train.epochs.x", "'train.epochs' is a value", "not a section"]),
     # config group options
     (["dataset=mnist"], ["dataset='mnist'", "config group 'dataset'", "allowed: cifar10, imdb"]),
