@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional
@@ -39,8 +40,28 @@ LR_SCHEDULES = ("constant", "cosine")
 SOURCES = ("tfds", "directory")
 ON_BAD_FILE = ("fail", "skip")
 SHARD_POLICIES = ("auto", "file", "data")  # mirrors tfpipe.data.inputs.SHARD_POLICIES
-
-
+# tracking.uri schemes MLflow's own stores understand (a plain folder path is allowed too)
+TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "databricks", "postgresql", "mysql", "mssql")
+# a tf.distribute device string: [/job:J][/replica:R][/task:T]/[device:]TYPE[:INDEX]
+DEVICE_RE = re.compile(
+    r"^(?:/job:[A-Za-z0-9_-]+)?(?:/replica:\d+)?(?:/task:\d+)?/?(?:device:)?(?P<type>cpu|gpu|tpu)(?::(?P<index>\d+))?$",
+    re.IGNORECASE,
+)
+# keys people type that the schema calls otherwise: unknown key -> the key to use (and why)
+KEY_HINTS = {
+    "train.batch_size": ("train.batch_size_per_replica", "the batch is set per replica; global = per replica x replicas"),
+    "train.global_batch_size": (
+        "train.batch_size_per_replica",
+        "the batch is set per replica; global = per replica x replicas, so it always divides evenly",
+    ),
+    "train.lr": ("train.optimizer.learning_rate", None),
+    "train.learning_rate": ("train.optimizer.learning_rate", None),
+    "train.optimizer.lr": ("train.optimizer.learning_rate", None),
+    "train.precision": ("precision.policy", None),
+    "train.strategy": ("strategy.name", None),
+    "precision.name": ("precision.policy", None),
+    "data.batch_size": ("train.batch_size_per_replica", "the batch is set per replica"),
+}
 
 
 @dataclass
@@ -211,13 +232,107 @@ def compose_dict(overrides: list[str] | tuple[str, ...] = (), config_dir: str | 
     config_dir = Path(config_dir).resolve()
     if not config_dir.is_dir():
         raise ConfigError(f"{config_dir}: Hydra config directory not found")
+    check_overrides(overrides, config_dir)
     try:
         with initialize_config_dir(str(config_dir), version_base=None):
             cfg = hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
         OmegaConf.resolve(cfg)
-    except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(_one_line(f"override {' '.join(overrides) or '(none)'}: {exc}")) from None
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        raise _hydra_error(exc, overrides) from None
     return OmegaConf.to_container(cfg)
+
+
+_OVERRIDE = re.compile(r"^(?P<prefix>~|\+\+|\+)?(?P<key>[^=~+][^=]*?)(?:@[^=]*)?(?:=(?P<value>.*))?$", re.S)
+
+
+def check_overrides(overrides, config_dir: str | os.PathLike = CONF_DIR) -> None:
+    """Refuse, before Hydra runs, what Hydra would report badly: a malformed override, an option that is not in
+    its config group, a key the schema does not have (with a did-you-mean)."""
+    config_dir = Path(config_dir)
+    for override in overrides:
+        match = _OVERRIDE.match(override)
+        if match is None or (match["value"] is None and match["prefix"] != "~"):
+            raise ConfigError(f"override {override!r}: expected KEY=VALUE (e.g. train.epochs=1), +KEY=VALUE or ~KEY")
+        prefix, key, value = match["prefix"] or "", match["key"].strip(), match["value"]
+        if key.startswith("hydra.") or key == "hydra":
+            continue
+        if "." not in key and (config_dir / key).is_dir():  # a config group: the option must exist
+            if prefix == "~":
+                continue
+            options = sorted(p.stem for p in (config_dir / key).glob("*.yaml"))
+            if value not in options:
+                drop = f" (or ~{key} to drop it)" if key == "experiment" else ""
+                hint = difflib.get_close_matches(value, options, n=1)
+                did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else ""
+                raise ConfigError(
+                    f"{key}={value!r}: no such option in config group '{key}'{did_you_mean}; allowed: {', '.join(options)}{drop}"
+                )
+            continue
+        schema_key(key, value=value)
+
+
+def schema_key(dotted: str, value: Any = None) -> Any:
+    """The schema type at a dotted key, or ConfigError naming the unknown part (with a did-you-mean)."""
+    tp: Any = Config
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        parent = ".".join(parts[:i])
+        if not dataclasses.is_dataclass(tp):
+            raise ConfigError(f"{dotted}: unknown config key; '{parent}' is a value, not a section")
+        fields = [f.name for f in dataclasses.fields(tp)]
+        if part not in fields:
+            raise unknown_key(".".join(parts[: i + 1]), fields, value=value, typed=dotted)
+        tp = _type_hints(tp)[part]
+    return tp
+
+
+def unknown_key(dotted: str, allowed: list, value: Any = None, typed: Optional[str] = None) -> ConfigError:
+    """'<key>=<value>: unknown config key (did you mean ...?); allowed keys under <parent>: ...'
+
+    `dotted` is the key up to the unknown part, `typed` the whole key as given (may go deeper)."""
+    typed = typed or dotted
+    rest = typed[len(dotted):]  # '.epochs' when 'trian.epochs' was typed
+    parent, _, leaf = dotted.rpartition(".")
+    prefix = f"{parent}." if parent else ""
+    hint = KEY_HINTS.get(typed) or KEY_HINTS.get(dotted)
+    if hint:
+        suggestion, why = hint
+        did_you_mean = f" (did you mean '{suggestion}'?{' ' + why if why else ''})"
+    else:
+        close = difflib.get_close_matches(leaf, allowed, n=1)
+        did_you_mean = f" (did you mean '{prefix}{close[0]}{rest}'?)" if close else ""
+    shown = f"{typed}={value}" if value not in (None, "") else typed
+    return ConfigError(
+        f"{shown}: unknown config key{did_you_mean}; allowed keys under '{parent or '<root>'}': {', '.join(allowed)}"
+    )
+
+
+def _hydra_error(exc: BaseException, overrides) -> ConfigError:
+    """Hydra/OmegaConf composition errors -> one line naming the override."""
+    text = _one_line(exc)
+    match = re.search(r"Could not override '([^']+)'", text)
+    if match:
+        key = match.group(1)
+        value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), "")
+        group = key.split(".", 1)[0]
+        return ConfigError(
+            f"{key}={value}: this key is not set by the selected '{group}' config option; add it with "
+            f"+{key}={value}, or pick a {group} option that has it"
+        )
+    text = re.sub(r"\s*full_key: \S+.*$", "", text)  # OmegaConf appends key/object details
+    key = None
+    for err in (exc, exc.__cause__, exc.__context__):
+        key = key or getattr(err, "full_key", None)
+    if key:
+        value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), None)
+        return ConfigError(f"{key}={value}: {text}" if value is not None else f"{key}: {text}")
+    bad = getattr(exc, "override", None) or getattr(exc.__cause__, "override", None)
+    interpolated = [o for o in overrides if "${" in o]
+    if bad is None and "interpolation" in text.lower() and len(interpolated) == 1:
+        return ConfigError(f"{interpolated[0].lstrip('+~')}: {text}")
+    if bad is not None:
+        return ConfigError(f"override {str(bad)!r}: {text}")
+    return ConfigError(f"override {' '.join(overrides) or '(none)'}: {text}")
 
 
 def compose_yaml(overrides: list[str] | tuple[str, ...] = (), config_dir: str | os.PathLike = CONF_DIR) -> str:
@@ -242,12 +357,8 @@ def _build(cls, raw: Any, prefix: str, origin: str):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in fields:
-            hint = difflib.get_close_matches(str(key), fields, n=1)
-            did_you_mean = f" (did you mean '{prefix}{hint[0]}'?)" if hint else ""
-            raise ConfigError(
-                f"{prefix}{key}: unknown config key{did_you_mean}; allowed keys under "
-                f"'{prefix.rstrip('.') or '<root>'}': {', '.join(fields)}"
-            )
+            shown = raw[key] if isinstance(raw[key], (str, int, float, bool)) else None
+            raise unknown_key(f"{prefix}{key}", list(fields), value=shown)
     values = {}
     hints = _type_hints(cls)
     for name, f in fields.items():
@@ -334,6 +445,37 @@ def _non_negative(key: str, value: float) -> None:
         raise ConfigError(f"{key}={value!r}: must be >= 0")
 
 
+def _device(key: str, value: str) -> None:
+    """A tf.distribute device string (whether the device exists is checked at stage start: tfpipe.preflight)."""
+    if not DEVICE_RE.match(str(value).strip()):
+        raise ConfigError(
+            f"{key}={value!r}: not a device name; allowed: /cpu:N, /gpu:N, /tpu:N "
+            "(or the long form /job:J/replica:R/task:T/device:GPU:N)"
+        )
+
+
+def _tracking_uri(key: str, uri: Optional[str]) -> None:
+    """Refuse a tracking URI MLflow would choke on late (typo in the scheme, no host)."""
+    if uri is None or not str(uri).strip():
+        return
+    uri = str(uri).strip()
+    if uri.startswith("databricks") or "://" not in uri:
+        if uri.startswith(("sqlite:", "http:", "https:")):  # scheme without '//'
+            raise ConfigError(f"{key}={uri!r}: missing '//' after the scheme; e.g. sqlite:///mlflow.db, http://host:5000")
+        return  # a folder path (file store), file:PATH or databricks[://profile]
+    scheme = uri.split("://", 1)[0].lower()
+    base = scheme.split("+", 1)[0]  # postgresql+psycopg2
+    if base not in TRACKING_SCHEMES:
+        hint = difflib.get_close_matches(base, TRACKING_SCHEMES, n=1)
+        did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else ""
+        raise ConfigError(
+            f"{key}={uri!r}: unknown scheme '{scheme}'{did_you_mean}; allowed: {', '.join(TRACKING_SCHEMES)} "
+            "or a folder path"
+        )
+    if base in ("http", "https") and not uri.split("://", 1)[1].split("/", 1)[0]:
+        raise ConfigError(f"{key}={uri!r}: no host; allowed: http(s)://HOST[:PORT]")
+
+
 def validate(cfg: Config) -> None:
     """Semantic checks: allowed names, ranges and cross-field consistency."""
     ds, model, data, tr = cfg.dataset, cfg.model, cfg.data, cfg.train
@@ -364,6 +506,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"model.dropout={model.dropout!r}: must be in [0, 1)")
 
     _choice("data.source", data.source, SOURCES)
+    if data.source == "tfds" and not ds.tfds_name:
+        raise ConfigError("dataset.tfds_name: empty; the tfds source needs the TensorFlow Datasets name (e.g. cifar10)")
     _choice("data.on_bad_file", data.on_bad_file, ON_BAD_FILE)
     if data.source == "directory" and not data.path:
         raise ConfigError("data.path: empty; the directory source needs the folder holding the split folders")
@@ -389,7 +533,18 @@ def validate(cfg: Config) -> None:
     _positive("strategy.stop_grace_seconds", st.stop_grace_seconds)
     if st.devices is not None and not st.devices:
         raise ConfigError("strategy.devices=[]: give at least one device, or null for all devices")
+    if st.device is not None:
+        _device("strategy.device", st.device)
+    for i, device in enumerate(st.devices or []):
+        _device(f"strategy.devices[{i}]", device)
+    if st.devices and len(set(d.lower() for d in st.devices)) != len(st.devices):
+        raise ConfigError(f"strategy.devices={st.devices!r}: lists a device twice; allowed: distinct devices")
     _choice("precision.policy", cfg.precision.policy, PRECISIONS)
+    if st.name == "tpu" and cfg.precision.policy == "mixed_float16":
+        raise ConfigError(
+            "precision.policy='mixed_float16': TPUs compute in bfloat16, not float16 (strategy.name=tpu); "
+            "allowed with tpu: mixed_bfloat16, float32"
+        )
 
     _positive("train.epochs", tr.epochs)
     _positive("train.batch_size_per_replica", tr.batch_size_per_replica)
@@ -432,6 +587,7 @@ def validate(cfg: Config) -> None:
             f"train.lr_schedule.warmup_epochs={tr.lr_schedule.warmup_epochs!r}: must be <= train.epochs ({tr.epochs})"
         )
 
+    _tracking_uri("tracking.uri", cfg.tracking.uri)
     if not cfg.tracking.experiment_name:
         raise ConfigError("tracking.experiment_name: empty; name the MLflow experiment")
     if not cfg.tracking.run_file:

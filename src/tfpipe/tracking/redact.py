@@ -6,13 +6,22 @@ camelCase) is a credential word, or when it contains an unambiguous one anywhere
           `credentials_file`, `auth`
   not:    `dataset.max_tokens`, `train.max_checkpoints_to_keep`, `keyboard`, `monkey`
 Values that are URLs with a password (`https://user:pw@host`) keep the user, lose the password.
+Values of environment variables with a secret-looking name (`AWS_SECRET_ACCESS_KEY`, `HF_TOKEN`,
+`MLFLOW_TRACKING_PASSWORD`, ...) are replaced by '***' wherever they appear inside any logged
+string (a config value interpolated with `${oc.env:...}`, a URL, a path), so a credential that
+reaches the config through the environment is not recorded either. Values shorter than
+`MIN_SECRET_LENGTH` characters or plain booleans/numbers are left alone (too common to be secrets).
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 REDACTED = "***"
+MIN_SECRET_LENGTH = 6
+# environment variables whose names look secret but hold no credential (the working directory, sockets)
+_NOT_SECRET_ENV = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK", "XAUTHORITY", "GPG_AGENT_INFO"})
 # word parts that mark a key as a credential
 _SECRET_WORDS = frozenset(
     {"password", "passwd", "pwd", "passphrase", "token", "secret", "key", "apikey", "access", "credential",
@@ -34,9 +43,36 @@ def is_secret_key(key: str) -> bool:
     return any(s in squashed for s in _SECRET_SUBSTRINGS)
 
 
-def redact_url(value: str) -> str:
-    """'https://me:pw@host/x' -> 'https://me:***@host/x'; other strings unchanged."""
-    return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
+def secret_env_values(environ=None) -> list:
+    """Values of environment variables whose names look like credentials, longest first."""
+    environ = os.environ if environ is None else environ
+    values = set()
+    for name, value in environ.items():
+        value = (value or "").strip()
+        if len(value) < MIN_SECRET_LENGTH or value.lower() in ("true", "false", "none", "null"):
+            continue
+        if _is_number(value) or name.upper() in _NOT_SECRET_ENV or not is_secret_key(name):
+            continue
+        values.add(value)
+    return sorted(values, key=len, reverse=True)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def redact_url(value: str, environ=None) -> str:
+    """'https://me:pw@host/x' -> 'https://me:***@host/x', and any secret environment value inside the
+    string -> '***'; other strings unchanged."""
+    value = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
+    for secret in secret_env_values(environ):
+        if secret in value:
+            value = value.replace(secret, REDACTED)
+    return value
 
 
 def redact(mapping: dict) -> dict:

@@ -10,10 +10,20 @@ Ctrl-C; re-opening a finished run sets it RUNNING again.
 Metrics are buffered and sent with `log_batch` every `flush_every` values or `flush_seconds`
 seconds (checked on each call) and on close, so the training loop never waits for the store per
 step. Only the chief logs: `is_chief=False` returns a `NullRun` whose methods do nothing.
+
+A store that fails mid-run (server restarting, network blip, SQLite locked) never stops training:
+a failed flush keeps its values in the buffer and the next attempt waits with exponential backoff
+(`RETRY_BASE_SECONDS` doubling up to `RETRY_MAX_SECONDS`); while training, one attempt is a single
+HTTP request with a short timeout (MLflow's own retries, minutes by default, are switched off for
+it), so a down server costs the loop at most `FLUSH_HTTP_TIMEOUT_SECONDS` per attempt. Closing the
+run keeps retrying for up to `FINAL_FLUSH_SECONDS` (env TFPIPE_MLFLOW_FLUSH_TIMEOUT) before it gives
+up. Re-sending a batch is harmless: the store ignores a metric it already has (same key, value,
+step and timestamp), so every value arrives exactly once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -46,6 +56,35 @@ MAX_BUFFERED = 100_000  # if the store stays down, keep at most this many metric
 CONFIG_ARTIFACT = "config/resolved.yaml"
 SERVING_MODEL_FILE = Path(__file__).with_name("serving_model.py")
 _BAD_KEY_CHARS = re.compile(r"[^\w\-. :/]")
+RETRY_BASE_SECONDS = 1.0  # first wait after a failed metric flush; doubles per failure
+RETRY_MAX_SECONDS = 60.0  # longest wait between flush attempts
+FLUSH_HTTP_TIMEOUT_SECONDS = 10  # one metric flush request while training (http stores)
+FINAL_FLUSH_SECONDS = 120.0  # how long closing the run keeps retrying unsent metrics
+FLUSH_TIMEOUT_ENV = "TFPIPE_MLFLOW_FLUSH_TIMEOUT"
+
+
+@contextlib.contextmanager
+def _single_http_attempt(timeout: Optional[float] = None):
+    """MLflow's REST client reads its retry/timeout settings from the environment on every request;
+    inside this block a request is tried once, with a short timeout (we do the backoff ourselves)."""
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(max(1, int(FLUSH_HTTP_TIMEOUT_SECONDS if timeout is None else timeout)))
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _final_flush_seconds() -> float:
+    try:
+        return max(0.0, float(os.environ.get(FLUSH_TIMEOUT_ENV, FINAL_FLUSH_SECONDS)))
+    except ValueError:
+        return FINAL_FLUSH_SECONDS
 
 
 def _one_line(exc: BaseException) -> str:
@@ -103,6 +142,8 @@ class Run:
         self._closed = False
         self._warned_bad_values: set = set()
         self._logged_up_to: dict[str, int] = {}  # key -> last step already in the store (a resumed run)
+        self._flush_failures = 0  # consecutive failed metric flushes
+        self._retry_at = 0.0  # monotonic time before which no new flush is attempted (backoff)
 
     def __repr__(self) -> str:
         return f"Run(run_id={self.run_id!r}, stage={self.stage!r}, name={self.run_name!r})"
@@ -129,20 +170,23 @@ class Run:
         if self._closed:
             return
         self._closed = True
+        store_down = False  # the final flush already waited FINAL_FLUSH_SECONDS: do not wait again below
         try:
             self.flush(_final=True)
             self.client.set_tag(self.run_id, f"tfpipe.stage.{self.stage}", status)
         except Exception as exc:  # never mask the exception that is ending the stage
+            store_down = True
             if _raise:
                 raise TrackingError(f"MLflow could not close run {self.run_id}: {_one_line(exc)}") from None
             log.warning("could not flush/tag run %s while ending it %s: %s", self.run_id, status, _one_line(exc))
         finally:
             active = mlflow.active_run()
             try:
-                if active is not None and active.info.run_id == self.run_id:
-                    mlflow.end_run(status)
-                else:
-                    self.client.set_terminated(self.run_id, status)
+                with _single_http_attempt() if store_down else contextlib.nullcontext():
+                    if active is not None and active.info.run_id == self.run_id:
+                        mlflow.end_run(status)
+                    else:
+                        self.client.set_terminated(self.run_id, status)
             except Exception as exc:
                 if _raise:
                     raise TrackingError(f"MLflow could not end run {self.run_id}: {_one_line(exc)}") from None
@@ -195,8 +239,9 @@ class Run:
                 if int(step) <= self._logged_up_to.get(name, -1):
                     continue  # replayed after a resume: the interrupted run logged this step already
                 self._buffer.append(Metric(name, number, timestamp, int(step)))
+            now = time.monotonic()
             due = (self._closed or len(self._buffer) >= self.flush_every
-                   or time.monotonic() - self._last_flush >= self.flush_seconds)
+                   or now - self._last_flush >= self.flush_seconds) and now >= self._retry_at
         if due:
             self.flush()
 
@@ -209,22 +254,60 @@ class Run:
                 self._logged_up_to[key] = max(steps)
 
     def flush(self, _final: bool = False) -> None:
-        """Send buffered metrics now. A store hiccup mid-training only warns (values are kept for
-        the next flush); on close it raises."""
+        """Send buffered metrics now. Mid-training a failure only warns: the values stay buffered and
+        the next attempt backs off (see module docstring). On close (`_final`) retries run for up to
+        `FINAL_FLUSH_SECONDS`, then it raises."""
+        if not _final:
+            if time.monotonic() >= self._retry_at:  # while backing off, values wait in the buffer
+                self._flush_once(raise_errors=False)
+            return
+        deadline = time.monotonic() + _final_flush_seconds()
+        while True:
+            try:
+                self._flush_once(raise_errors=True)
+                return
+            except Exception:
+                wait = max(0.0, self._retry_at - time.monotonic())
+                if time.monotonic() + wait > deadline:
+                    raise
+                log.warning("MLflow unreachable while closing run %s: %d metric values unsent, retrying in %.0fs",
+                            self.run_id, len(self._buffer), wait)
+                time.sleep(wait)
+
+    def _flush_once(self, raise_errors: bool) -> None:
         with self._lock:
             pending, self._buffer = self._buffer, []
             self._last_flush = time.monotonic()
+        if not pending:
+            return
         sent = 0
         try:
-            for sent in range(0, len(pending), BATCH_METRICS):
-                self.client.log_batch(self.run_id, metrics=pending[sent : sent + BATCH_METRICS])
+            with _single_http_attempt():
+                for sent in range(0, len(pending), BATCH_METRICS):
+                    self.client.log_batch(self.run_id, metrics=pending[sent : sent + BATCH_METRICS])
             sent = len(pending)
         except Exception as exc:
             with self._lock:
-                self._buffer = (pending[sent:] + self._buffer)[-MAX_BUFFERED:]
-            if _final:
+                kept = pending[sent:] + self._buffer
+                if len(kept) > MAX_BUFFERED:
+                    log.warning("MLflow down too long: dropping the %d oldest unsent metric values (buffer limit %d)",
+                                len(kept) - MAX_BUFFERED, MAX_BUFFERED)
+                self._buffer = kept[-MAX_BUFFERED:]
+                self._flush_failures += 1
+                delay = min(RETRY_BASE_SECONDS * 2 ** (self._flush_failures - 1), RETRY_MAX_SECONDS)
+                self._retry_at = time.monotonic() + delay
+                kept = len(self._buffer)
+            if raise_errors:
                 raise
-            log.warning("MLflow metric flush failed (%d values kept for retry): %s", len(self._buffer), _one_line(exc))
+            log.warning("MLflow metric flush failed (attempt %d; %d values kept, next try in %.0fs): %s",
+                        self._flush_failures, kept, delay, _one_line(exc))
+            return
+        if self._flush_failures:
+            log.info("MLflow store reachable again: sent %d buffered metric values after %d failed attempt(s)",
+                     len(pending), self._flush_failures)
+        with self._lock:
+            self._flush_failures = 0
+            self._retry_at = 0.0
 
     # ------------------------------------------------------------------ artifacts
 
