@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -477,18 +478,25 @@ def browser(tmp_path):
         driver.quit()
 
 
-def _page_text_with(driver, needles, timeout=60.0) -> str:
-    """The page's visible text once it holds every needle (the UI renders asynchronously)."""
+def _page_with(driver, needles, in_dom=(), timeout=60.0) -> str:
+    """The page's visible text once it holds every needle and its DOM every `in_dom` string (the
+    runs grid clips long names, so they are looked up there); the UI renders asynchronously."""
     from selenium.webdriver.common.by import By
 
-    deadline, text = time.monotonic() + timeout, ""
+    deadline, text, dom = time.monotonic() + timeout, "", ""
     while time.monotonic() < deadline:
         text = driver.find_element(By.TAG_NAME, "body").text
-        if all(n in text for n in needles):
-            return text
+        dom = driver.page_source if in_dom else ""
+        if all(n in text for n in needles) and all(n in dom for n in in_dom):
+            return text + "\n" + dom
         time.sleep(0.5)
-    missing = [n for n in needles if n not in text]
+    missing = [n for n in needles if n not in text] + [n for n in in_dom if n not in dom]
     raise AssertionError(f"{driver.current_url}: {missing} not shown after {timeout:.0f} s; page text:\n{text[:3000]}")
+
+
+def _shown(value: float) -> set[str]:
+    """How the UI may print a metric value (it rounds to a few decimals)."""
+    return {f"{value:.{d}f}".rstrip("0").rstrip(".") for d in range(2, 7)}
 
 
 def test_mlflow_ui_shows_and_compares_the_two_runs(mlflow_ui, browser, tmp_path):
@@ -497,17 +505,27 @@ def test_mlflow_ui_shows_and_compares_the_two_runs(mlflow_ui, browser, tmp_path)
     experiment = client.get_experiment_by_name("tfpipe")
     runs = sorted(client.search_runs([experiment.experiment_id]), key=lambda r: r.info.run_name)
     names = [r.info.run_name for r in runs]
+    assert names == ["cifar10-cnn-one_device-float32", "cifar10-cnn-one_device-mixed_bfloat16"]
 
-    browser.get(f"{url}/#/experiments/{experiment.experiment_id}")
-    _page_text_with(browser, ["tfpipe", *names])
+    runs_page = f"{url}/#/experiments/{experiment.experiment_id}/runs"
+    browser.get(runs_page)
+    _page_with(browser, ["2 matching runs"], in_dom=names)
     browser.save_screenshot(str(tmp_path / "experiment.png"))
+    # tags are filters: the precision tag picks one run
+    browser.get(runs_page + "?searchFilter=" + urllib.parse.quote("tags.precision = 'mixed_bfloat16'"))
+    filtered = _page_with(browser, ["1 matching run"], in_dom=[names[1]])
+    assert names[0] not in filtered
 
     ids = json.dumps([r.info.run_id for r in runs])
     browser.get(f"{url}/#/compare-runs?runs={ids}&experiments={json.dumps([experiment.experiment_id])}")
-    text = _page_text_with(browser, [*names, "precision.policy", "float32", "mixed_bfloat16",
-                                     "train.optimizer.learning_rate", "test_accuracy", "train_loss"])
-    for run in runs:  # each run's value of a metric is on the page as MLflow rounds it
-        assert any(f"{run.data.metrics['test_accuracy']:.{d}f}".rstrip("0") in text for d in (3, 4, 5)), text[:3000]
+    text = _page_with(browser, ["Comparing 2 Runs", *names, "precision.policy", "train.optimizer.learning_rate",
+                                "float32", "mixed_bfloat16", "Metrics", "final_train_loss", "epoch_train_accuracy"])
+    params_row = next(line for line in text.splitlines() if line.startswith("precision.policy "))
+    assert set(params_row.split()[1:]) == {"float32", "mixed_bfloat16"}, params_row  # the differing param, both values
+    words = set(text.split())
+    for run in runs:  # each run's value of the metrics the table shows first (it renders rows lazily)
+        for key in ("final_train_loss", "epoch_train_accuracy"):
+            assert _shown(run.data.metrics[key]) & words, (key, run.data.metrics[key], text[-3000:])
     browser.save_screenshot(str(tmp_path / "compare.png"))
     assert (tmp_path / "compare.png").stat().st_size > 10_000 and (tmp_path / "experiment.png").stat().st_size > 10_000
     print(f"screenshots: {tmp_path / 'experiment.png'} {tmp_path / 'compare.png'}")

@@ -347,6 +347,10 @@ def _connect(cfg, project_root) -> tuple[str, MlflowClient, bool]:
     The returned flag says whether to undo that when the run closes (it was not set before)."""
     uri = backend.resolve_tracking_uri(cfg.tracking, project_root)
     backend.check_reachable(uri)
+    try:
+        backend.init_store(uri)
+    except MlflowException as exc:
+        raise TrackingError(f"MLflow store {redact_url(uri)}: {_one_line(exc)}") from None
     reset_uri = not os.environ.get("MLFLOW_TRACKING_URI", "").strip()
     mlflow.set_tracking_uri(uri)
     return uri, MlflowClient(tracking_uri=uri), reset_uri
@@ -492,6 +496,7 @@ class ParentRun:
         backend.check_reachable(uri)
         self.client = MlflowClient(tracking_uri=uri)
         try:
+            backend.init_store(uri)
             location = backend.artifact_location_for(cfg.tracking, project_root, uri)
             experiment_id = backend.ensure_experiment(self.client, cfg.tracking.experiment_name, location)
             created = self.client.create_run(experiment_id, run_name=name,
