@@ -3,8 +3,9 @@
     python -m pipeline.sweep --multirun precision=float32,mixed_bfloat16 train.optimizer.learning_rate=0.001,0.01
 
 Every combination is one MLflow run (named and tagged like any other run), all nested under one
-parent run `sweep-<time>` (tag `tfpipe.sweep=parent`). Each job composes conf/ with its overrides
-exactly as `python -m pipeline.run_all` would, in this process, in the project folder: outputs
+parent run `sweep-<time>` (tag `tfpipe.sweep=parent`). Each job gets conf/ composed by Hydra with
+its overrides, validated like params.yaml, and runs the stages as `python -m pipeline.run_all`
+would, in this process, in the project folder: outputs
 under data/prepared and models/ are overwritten job after job (MLflow keeps every run's
 artifacts); for DVC-tracked sweeps use `dvc exp run --queue` (see README, "Working as a team").
 Hydra writes its per-job logs under multirun/<date>/<time>/.
@@ -32,10 +33,12 @@ def job(_composed) -> None:
     from tfpipe import config, stages, tracking
     from tfpipe.errors import USER_ERRORS
 
+    from omegaconf import OmegaConf
+
     root = Path.cwd()  # version_base 1.3: Hydra does not change the working directory
-    overrides = list(HydraConfig.get().overrides.task)
     try:
-        cfg = config.compose(overrides, config_dir=root / config.CONF_DIR)
+        # Hydra composed conf/ with this job's overrides; validate it as every stage does.
+        cfg = config.from_dict(OmegaConf.to_container(_composed, resolve=True), origin="conf/ (sweep job)")
         if _parent is None and HydraConfig.get().mode == RunMode.MULTIRUN:
             args = " ".join(a for a in sys.argv[1:] if a not in ("-m", "--multirun"))
             _parent = tracking.ParentRun(cfg, root, f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
