@@ -193,6 +193,21 @@ def tracking_server(postgres, tmp_path_factory):
         _stop(proc, grace=3)
 
 
+@pytest.mark.parametrize("unset, admin_password, expected", [
+    ("MLFLOW_BACKEND_STORE_URI", "a-long-admin-password", "set MLFLOW_BACKEND_STORE_URI"),
+    ("MLFLOW_AUTH_DATABASE_URI", "a-long-admin-password", "set MLFLOW_AUTH_DATABASE_URI"),
+    (None, "", "set MLFLOW_AUTH_ADMIN_PASSWORD"),
+    (None, "password1234", "old public default"),
+    (None, "short", "shorter than 12 characters"),
+])
+def test_server_script_refuses_missing_or_weak_settings(unset, admin_password, expected, tmp_path):
+    env = _env(os.environ, MLFLOW_BACKEND_STORE_URI="postgresql://u@127.0.0.1:9/mlflow",
+               MLFLOW_AUTH_DATABASE_URI="postgresql://u@127.0.0.1:9/mlflow_auth", MLFLOW_AUTH_ADMIN_PASSWORD=admin_password)
+    env.pop(unset or "", None)
+    proc = subprocess.run(["bash", str(SERVER_SCRIPT)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and expected in proc.stderr, proc.stderr
+
+
 @pytest.fixture(scope="module")
 def server_projects(tracking_server, tmp_path_factory, image_dir, text_dir):
     """Two pipelines at the same time against the server, each in its own project: alice runs

@@ -26,7 +26,7 @@ die() { echo "mlflow-server: error: $*" >&2; exit 2; }
 [[ "${MLFLOW_AUTH_ADMIN_PASSWORD}" != "password1234" ]] || die "MLFLOW_AUTH_ADMIN_PASSWORD is MLflow's old public default; choose another"
 (( ${#MLFLOW_AUTH_ADMIN_PASSWORD} >= 12 )) || die "MLFLOW_AUTH_ADMIN_PASSWORD is shorter than 12 characters"
 permission="${MLFLOW_DEFAULT_PERMISSION:-EDIT}"
-case "$permission" in READ|EDIT|MANAGE|NO_PERMISSIONS) ;; *) die "MLFLOW_DEFAULT_PERMISSION=$permission: use READ, EDIT, MANAGE or NO_PERMISSIONS" ;; esac
+case "$permission" in READ|USE|EDIT|MANAGE|NO_PERMISSIONS) ;; *) die "MLFLOW_DEFAULT_PERMISSION=$permission: use READ, USE, EDIT, MANAGE or NO_PERMISSIONS" ;; esac
 # Signs the auth app's CSRF tokens; must be equal across workers (and servers behind one name).
 # Not given: a fresh random key per start (signed-in browser sessions end with a restart).
 export MLFLOW_FLASK_SERVER_SECRET_KEY="${MLFLOW_FLASK_SERVER_SECRET_KEY:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
@@ -45,7 +45,7 @@ trap 'rm -rf "$config_dir"' EXIT
 cat > "$config_dir/basic_auth.ini" <<INI
 [mlflow]
 default_permission = $permission
-database_uri = $MLFLOW_AUTH_DATABASE_URI
+database_uri = ${MLFLOW_AUTH_DATABASE_URI//%/%%}
 admin_username = $MLFLOW_AUTH_ADMIN_USERNAME
 authorization_function = mlflow.server.auth:authenticate_request_basic_auth
 INI
