@@ -20,7 +20,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT_FILES = ["conf", "pipeline", "src", "dvc.yaml", "params.yaml", "MLproject", "python_env.yaml",
-                 "requirements.lock", "pyproject.toml", ".gitignore", ".dvcignore", ".dvc/config"]
+                 "requirements.lock", "pyproject.toml", ".gitignore", ".dvcignore", ".dvc/config", "data/raw/.gitignore"]
 # Shrinks the default config to seconds: a few dozen examples, small model, one epoch.
 TINY = ["experiment=smoke", "data.source=directory", "model.filters=[8,8]", "model.dense_units=16",
         "train.batch_size_per_replica=8", "train.log_every_steps=1"]

@@ -451,3 +451,60 @@ def test_log_latest_checkpoint_logs_only_the_newest(cfg, project, tmp_path):
                       "checkpoints/history.json"}
     state = project / "mlartifacts" / run.run_id / "artifacts" / "checkpoints" / "checkpoint"
     assert 'model_checkpoint_path: "ckpt-2"' in state.read_text() and "ckpt-1" not in state.read_text()
+
+
+# ----------------------------------------------------------------------------- team: DVC experiments, sweeps, new stores
+
+
+def test_queued_dvc_experiment_logs_to_the_real_repositorys_store(cfg, project, tmp_path_factory, monkeypatch):
+    """`dvc exp run --queue` runs in a temporary copy; DVC points DVC_ROOT at the real repository."""
+    from tfpipe import tracking
+    from tfpipe.tracking import backend
+
+    copy = tmp_path_factory.mktemp("exp-copy")
+    monkeypatch.setenv("DVC_ROOT", str(project))
+    assert tracking.resolve_tracking_uri(cfg.tracking, copy) == f"sqlite:///{copy.resolve()}/mlflow.db"  # plain repro
+    monkeypatch.setenv("DVC_EXP_NAME", "quiet-fern")
+    monkeypatch.setenv("DVC_EXP_BASELINE_REV", "b" * 40)
+    assert tracking.resolve_tracking_uri(cfg.tracking, copy) == f"sqlite:///{project.resolve()}/mlflow.db"
+    assert backend.artifact_location_for(cfg.tracking, copy, "sqlite:///x.db") == (project / "mlartifacts").resolve().as_uri()
+    with tracking.start_run(cfg, copy, stage="train") as run:
+        pass
+    assert (copy / "run.json").is_file() and not (copy / "mlflow.db").exists()
+    tags = _client(project).get_run(run.run_id).data.tags
+    assert tags["dvc.exp_name"] == "quiet-fern" and tags["dvc.exp_baseline"] == "b" * 40
+
+
+def test_sweep_parent_run_nests_the_runs_started_under_it(cfg, project):
+    from tfpipe import tracking
+
+    parent = tracking.ParentRun(cfg, project, "sweep-test", {"sweep.overrides": "precision=a,b", "db.password": "x"})
+    with tracking.start_run(cfg, project, stage="train") as child:
+        pass
+    parent.close("FINISHED")
+    assert "TFPIPE_PARENT_RUN_ID" not in os.environ
+    client = _client(project)
+    assert client.get_run(child.run_id).data.tags["mlflow.parentRunId"] == parent.run_id
+    got = client.get_run(parent.run_id)
+    assert got.info.status == "FINISHED" and got.info.run_name == "sweep-test"
+    assert got.data.tags["tfpipe.sweep"] == "parent" and got.data.tags["db.password"] == "***"
+    with tracking.start_run(cfg, project, stage="train") as later:
+        pass
+    assert "mlflow.parentRunId" not in client.get_run(later.run_id).data.tags
+
+
+def test_two_processes_creating_one_new_sqlite_store_at_once(tmp_path):
+    """Without the folder lock one of them fails with 'table ... already exists'."""
+    import subprocess
+    import sys
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    code = f"from tfpipe.tracking.backend import init_store; init_store({uri!r}); print('ok')"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in results]
+    from mlflow import MlflowClient
+
+    assert MlflowClient(tracking_uri=uri).get_experiment("0").name == "Default"

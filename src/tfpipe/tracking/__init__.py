@@ -15,10 +15,10 @@ Modules: `backend` (tracking URI, reachability, experiment), `run` (the Run hand
 from tfpipe.errors import TrackingError
 from tfpipe.tracking.backend import check_reachable, resolve_tracking_uri
 from tfpipe.tracking.redact import is_secret_key, redact
-from tfpipe.tracking.run import NullRun, Run, read_run_file, resume_run, start_run
+from tfpipe.tracking.run import NullRun, ParentRun, Run, context_tags, read_run_file, resume_run, start_run
 from tfpipe.tracking.tags import dvc_lock_tags, run_name, run_tags
 
 __all__ = [
     "TrackingError", "check_reachable", "resolve_tracking_uri", "is_secret_key", "redact", "NullRun", "Run",
-    "read_run_file", "resume_run", "start_run", "dvc_lock_tags", "run_name", "run_tags",
+    "read_run_file", "resume_run", "start_run", "ParentRun", "context_tags", "dvc_lock_tags", "run_name", "run_tags",
 ]

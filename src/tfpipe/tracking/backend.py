@@ -4,12 +4,22 @@ Precedence for the tracking URI: env MLFLOW_TRACKING_URI > `tracking.uri` > the 
 embedded store `sqlite:///<project_root>/mlflow.db`. A relative sqlite/file path in
 `tracking.uri` is taken relative to the project root (stages may run from anywhere); the env
 variable is used verbatim, as MLflow itself would.
+
+A queued or `--temp` DVC experiment runs in a temporary copy of the repository that is deleted
+afterwards; DVC then sets DVC_EXP_NAME and points DVC_ROOT at the real repository, whose store
+(and artifact folder) the run must land in, so that root is used for the store instead.
+
+Credentials come only from the environment (MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD,
+or MLFLOW_TRACKING_TOKEN), as MLflow reads them; `check_reachable` tries them once so a wrong
+password stops a stage at its start with one line.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -22,11 +32,19 @@ REACHABLE_TIMEOUT_S = 3.0
 LOCAL_SCHEMES = ("sqlite", "file", "")
 
 
+def store_root(project_root) -> Path:
+    """The folder local stores are anchored in: DVC_ROOT inside a DVC experiment, else `project_root`."""
+    dvc_root = os.environ.get("DVC_ROOT", "").strip()
+    if os.environ.get("DVC_EXP_NAME", "").strip() and dvc_root and Path(dvc_root).is_dir():
+        return Path(dvc_root).resolve()
+    return Path(project_root).resolve()
+
+
 def resolve_tracking_uri(tracking_cfg, project_root) -> str:
     env = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
     if env:
         return env
-    root = Path(project_root).resolve()
+    root = store_root(project_root)
     uri = (getattr(tracking_cfg, "uri", None) or "").strip()
     if not uri:
         return f"sqlite:///{root / 'mlflow.db'}"
@@ -71,7 +89,7 @@ def artifact_location_for(tracking_cfg, project_root, uri: str) -> str | None:
         return location
     path = Path(location)
     if not path.is_absolute():
-        path = Path(project_root).resolve() / path
+        path = store_root(project_root) / path
     return path.resolve().as_uri()
 
 
@@ -106,7 +124,8 @@ def check_reachable(uri: str, timeout: float = REACHABLE_TIMEOUT_S) -> None:
     if kind in ("http", "https"):
         url = uri.rstrip("/") + "/health"
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout) as resp:
+            with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout,
+                                        context=_tls_context()) as resp:
                 resp.read(64)
         except urllib.error.HTTPError as exc:
             if exc.code >= 500:
@@ -117,6 +136,75 @@ def check_reachable(uri: str, timeout: float = REACHABLE_TIMEOUT_S) -> None:
                 f"MLflow tracking server {shown} is unreachable ({reason}); start it or point "
                 "MLFLOW_TRACKING_URI / tracking.uri elsewhere"
             ) from None
+        check_credentials(uri, timeout)
+
+
+def _tls_context():
+    """What MLflow's client would trust: MLFLOW_TRACKING_INSECURE_TLS / MLFLOW_TRACKING_SERVER_CERT_PATH."""
+    if os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").strip().lower() in ("1", "true"):
+        return ssl._create_unverified_context()  # noqa: S323 - the user asked for it, as MLflow honours it
+    cafile = os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH", "").strip()
+    return ssl.create_default_context(cafile=cafile) if cafile else None
+
+
+def check_credentials(uri: str, timeout: float = REACHABLE_TIMEOUT_S) -> None:
+    """One authenticated read (search one experiment) with the environment's credentials.
+
+    HTTP 401 -> a one-line TrackingError naming the variables to set or fix; anything else
+    (200, 403, 404 from a proxy, a timeout) is left for MLflow to report on first use.
+    """
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME", "")
+    password = os.environ.get("MLFLOW_TRACKING_PASSWORD", "")
+    token = os.environ.get("MLFLOW_TRACKING_TOKEN", "")
+    request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1", method="GET")
+    if user and password:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    elif token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout, context=_tls_context()) as resp:
+            resp.read(64)
+    except urllib.error.HTTPError as exc:
+        if exc.code != 401:
+            return
+        shown = redact_url(uri)
+        if user and password:
+            raise TrackingError(f"MLflow tracking server {shown} refused the credentials of user {user!r} (HTTP 401); "
+                                "fix MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD") from None
+        if token:
+            raise TrackingError(f"MLflow tracking server {shown} refused MLFLOW_TRACKING_TOKEN (HTTP 401)") from None
+        raise TrackingError(f"MLflow tracking server {shown} requires authentication (HTTP 401); set "
+                            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD in the environment") from None
+    except (urllib.error.URLError, socket.timeout, TimeoutError, OSError):
+        return
+
+
+def init_store(uri: str) -> None:
+    """Create (or migrate) a SQLite store while holding an exclusive lock on its folder.
+
+    Two pipelines starting at once on a new mlflow.db (`dvc exp run --run-all --jobs 2`) would
+    otherwise both create its tables and one fails ("table ... already exists"). Later calls in
+    this process reuse MLflow's cached store. Other schemes: nothing to do (a server migrates
+    its own database).
+    """
+    if scheme(uri) != "sqlite":
+        return
+    path = (uri.split(":///", 1)[1] if ":///" in uri else "").split("?", 1)[0]
+    if not path or path.startswith(":memory:"):
+        return
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, as before
+        fcntl = None
+    from mlflow import MlflowClient
+
+    folder = os.open(Path(path).parent, os.O_RDONLY)
+    try:
+        if fcntl:
+            fcntl.flock(folder, fcntl.LOCK_EX)
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    finally:
+        os.close(folder)  # releases the lock
 
 
 def ensure_experiment(client, name: str, artifact_location: str | None) -> str:

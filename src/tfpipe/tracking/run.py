@@ -442,6 +442,10 @@ def _connect(cfg, project_root) -> tuple[str, MlflowClient, bool]:
     The returned flag says whether to undo that when the run closes (it was not set before)."""
     uri = backend.resolve_tracking_uri(cfg.tracking, project_root)
     backend.check_reachable(uri)
+    try:
+        backend.init_store(uri)
+    except MlflowException as exc:
+        raise TrackingError(f"MLflow store {redact_url(uri)}: {_one_line(exc)}") from None
     reset_uri = not os.environ.get("MLFLOW_TRACKING_URI", "").strip()
     mlflow.set_tracking_uri(uri)
     return uri, MlflowClient(tracking_uri=uri), reset_uri
@@ -503,6 +507,21 @@ def read_run_file(path) -> dict:
     return info
 
 
+PARENT_RUN_ENV = "TFPIPE_PARENT_RUN_ID"  # set by `pipeline.sweep`: the sweep's parent run
+
+
+def context_tags() -> dict:
+    """Where this run sits: its sweep's parent run (MLflow nests it under the parent in the UI) and,
+    inside `dvc exp run`, the DVC experiment name and baseline commit."""
+    tags = {}
+    for tag, env in (("mlflow.parentRunId", PARENT_RUN_ENV), ("dvc.exp_name", "DVC_EXP_NAME"),
+                     ("dvc.exp_baseline", "DVC_EXP_BASELINE_REV")):
+        value = os.environ.get(env, "").strip()
+        if value:
+            tags[tag] = value
+    return tags
+
+
 def start_run(cfg, project_root, *, stage: str = "train", is_chief: bool = True, flush_every: int = BATCH_METRICS,
               flush_seconds: float = 15.0, resume_run_id: Optional[str] = None) -> Run:
     """Open the run for the train stage (see module docstring) and write `tracking.run_file`.
@@ -547,6 +566,11 @@ def start_run(cfg, project_root, *, stage: str = "train", is_chief: bool = True,
             run.close("FAILED", _raise=False)
             raise TrackingError(f"MLflow store {redact_url(uri)}: cannot resume run {resume_run_id}: {_one_line(exc)}") from None
     try:
+        run.set_tags(context_tags())
+    except TrackingError:
+        run.close("FAILED", _raise=False)
+        raise
+    try:
         write_run_file(root / cfg.tracking.run_file, {
             "run_id": run.run_id, "experiment_id": run.experiment_id,
             "tracking_uri": redact_url(uri), "run_name": name,
@@ -581,3 +605,35 @@ def resume_run(cfg, project_root, *, stage: str = "evaluate", is_chief: bool = T
               reset_tracking_uri=reset_uri)
     log.info("MLflow run %s re-opened for %s", run_id, stage)
     return run
+
+
+class ParentRun:
+    """The parent of a sweep's runs: created once, exported as TFPIPE_PARENT_RUN_ID so every run the
+    sweep starts in this process (or its children) is tagged `mlflow.parentRunId` and nests under it."""
+
+    def __init__(self, cfg, project_root, name: str, tags: Optional[dict] = None):
+        uri = backend.resolve_tracking_uri(cfg.tracking, project_root)
+        backend.check_reachable(uri)
+        self.client = MlflowClient(tracking_uri=uri)
+        try:
+            backend.init_store(uri)
+            location = backend.artifact_location_for(cfg.tracking, project_root, uri)
+            experiment_id = backend.ensure_experiment(self.client, cfg.tracking.experiment_name, location)
+            created = self.client.create_run(experiment_id, run_name=name,
+                                             tags={"tfpipe.sweep": "parent", **redact(tags or {})})
+        except MlflowException as exc:
+            raise TrackingError(f"MLflow store {redact_url(uri)}: could not create the sweep's parent run: {_one_line(exc)}") from None
+        self.run_id = created.info.run_id
+        self._previous = os.environ.get(PARENT_RUN_ENV)
+        os.environ[PARENT_RUN_ENV] = self.run_id
+        log.info("sweep parent run %s (%s) at %s", self.run_id, name, redact_url(uri))
+
+    def close(self, status: str = "FINISHED") -> None:
+        if self._previous is None:
+            os.environ.pop(PARENT_RUN_ENV, None)
+        else:
+            os.environ[PARENT_RUN_ENV] = self._previous
+        try:
+            self.client.set_terminated(self.run_id, status)
+        except MlflowException as exc:
+            log.warning("could not end sweep parent run %s as %s: %s", self.run_id, status, _one_line(exc))
