@@ -26,16 +26,17 @@ PARAMS_FILE = "params.yaml"
 
 DATASETS = ("cifar10", "imdb")
 MODALITIES = ("image", "text")
-IMAGE_MODELS = ("cnn",)
-TEXT_MODELS = ("embedding_gap",)
+IMAGE_MODELS = ("cnn", "resnet")
+TEXT_MODELS = ("embedding_gap", "ngram_bag")
 MODELS = IMAGE_MODELS + TEXT_MODELS
 STRATEGIES = ("one_device", "auto", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server", "tpu")
 MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 COMMUNICATIONS = ("auto", "ring", "nccl")
 LR_SCALINGS = ("none", "linear")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+PRECISION_CHOICES = PRECISIONS + ("auto",)  # auto: resolved from the hardware at start (tfpipe.precision)
 OPTIMIZERS = ("adam", "adamw", "sgd")
-LR_SCHEDULES = ("constant", "cosine")
+LR_SCHEDULES = ("constant", "cosine", "onecycle")
 SOURCES = ("tfds", "directory")
 ON_BAD_FILE = ("fail", "skip")
 
@@ -60,6 +61,10 @@ class ModelConfig:
     dense_units: int = 64
     dropout: float = 0.0
     embedding_dim: Optional[int] = None
+    ngrams: Optional[int] = None  # ngram_bag: longest token n-gram (1: unigrams only)
+    hash_buckets: Optional[int] = None  # ngram_bag: hashed ids for the n-grams longer than 1
+    augment: bool = False  # resnet: random flip + crop while training (inside the model)
+    tta_flip: bool = False  # resnet: average predictions over the image and its mirror at inference
 
 
 @dataclass
@@ -103,6 +108,7 @@ class OptimizerConfig:
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
     momentum: float = 0.9
+    nesterov: bool = False  # sgd only
 
 
 @dataclass
@@ -355,7 +361,15 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"model.filters={model.filters!r}: expected a non-empty list of positive integers")
     if model.name in TEXT_MODELS:
         _positive("model.embedding_dim", model.embedding_dim)
-    _positive("model.dense_units", model.dense_units)
+    if model.name == "ngram_bag":
+        if model.ngrams is None or model.ngrams < 1:
+            raise ConfigError(f"model.ngrams={model.ngrams!r}: must be >= 1")
+        if model.ngrams > 1:
+            _positive("model.hash_buckets", model.hash_buckets)
+    if model.name in ("resnet", "ngram_bag"):  # 0: no hidden dense layer in the head
+        _non_negative("model.dense_units", model.dense_units)
+    else:
+        _positive("model.dense_units", model.dense_units)
     if not 0.0 <= model.dropout < 1.0:
         raise ConfigError(f"model.dropout={model.dropout!r}: must be in [0, 1)")
 
@@ -383,7 +397,7 @@ def validate(cfg: Config) -> None:
         _positive("strategy.num_ps", st.num_ps)
     if st.devices is not None and not st.devices:
         raise ConfigError("strategy.devices=[]: give at least one device, or null for all devices")
-    _choice("precision.policy", cfg.precision.policy, PRECISIONS)
+    _choice("precision.policy", cfg.precision.policy, PRECISION_CHOICES)
 
     _positive("train.epochs", tr.epochs)
     _positive("train.batch_size_per_replica", tr.batch_size_per_replica)
