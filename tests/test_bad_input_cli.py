@@ -67,14 +67,14 @@ BAD_OVERRIDES = [
     (["train.epochs.x=1"], ["train.epochs.x", "'train.epochs' is a value", "not a section"]),
     # config group options
     (["dataset=mnist"], ["dataset='mnist'", "config group 'dataset'", "allowed: cifar10, imdb"]),
-    (["model=resnet50"], ["model='resnet50'", "config group 'model'", "allowed: cnn, embedding_gap"]),
+    (["model=resnet50"], ["model='resnet50'", "config group 'model'", "allowed: cnn, embedding_gap, ngram_bag, resnet"]),
     (["strategy=tpu_pod"], ["strategy='tpu_pod'", "did you mean 'tpu'", "allowed: auto, central_storage"]),
-    (["precision=fp8"], ["precision='fp8'", "config group 'precision'", "allowed: float32, mixed_bfloat16"]),
-    (["experiment=huge"], ["experiment='huge'", "config group 'experiment'", "allowed: cifar10, imdb, smoke"]),
+    (["precision=fp8"], ["precision='fp8'", "config group 'precision'", "allowed: auto, float32, mixed_bfloat16"]),
+    (["experiment=huge"], ["experiment='huge'", "config group 'experiment'", "allowed: cifar10, cifar10_fast, imdb, imdb_fast, smoke"]),
     (["dataset=imdb", "model=cnn"], ["model.name='cnn'", "dataset 'imdb' is text", "allowed: embedding_gap"]),
     # names out of their set
     (["train.optimizer.name=adamax"], ["train.optimizer.name='adamax'", "did you mean 'adam'", "allowed: adam, adamw, sgd"]),
-    (["train.lr_schedule.name=step"], ["train.lr_schedule.name='step'", "not allowed", "allowed: constant, cosine"]),
+    (["train.lr_schedule.name=step"], ["train.lr_schedule.name='step'", "not allowed", "allowed: constant, cosine, onecycle"]),
     (["data.source=s3"], ["data.source='s3'", "not allowed", "allowed: tfds, directory"]),
     (["data.on_bad_file=ignore"], ["data.on_bad_file='ignore'", "not allowed", "allowed: fail, skip"]),
     (["train.lr_scaling=sqrt"], ["train.lr_scaling='sqrt'", "not allowed", "allowed: none, linear"]),
@@ -185,7 +185,7 @@ BAD_PARAMS = [
     ("unknown nested key", GOOD_PARAMS.replace("  name: adam", "  name: adam\n    betas: 2", 1),
      ["train.optimizer.betas=2", "unknown config key", "allowed keys under 'train.optimizer'"]),
     ("bad value", GOOD_PARAMS.replace("policy: float32", "policy: float64", 1),
-     ["precision.policy='float64'", "did you mean 'float32'", "allowed: float32, mixed_bfloat16, mixed_float16"]),
+     ["precision.policy='float64'", "did you mean 'float32'", "allowed: float32, mixed_bfloat16, mixed_float16, auto"]),
 ]
 
 
@@ -280,7 +280,7 @@ def test_real_cli_refuses_a_bad_override_fast():
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         "train: error: train.optimizer.lr=0.1: unknown config key (did you mean 'train.optimizer.learning_rate'?); "
-        "allowed keys under 'train.optimizer': name, learning_rate, weight_decay, momentum"
+        "allowed keys under 'train.optimizer': name, learning_rate, weight_decay, momentum, nesterov"
     ]
     assert elapsed < 20  # python + Hydra start-up; no TensorFlow is imported
 

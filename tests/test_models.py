@@ -77,7 +77,7 @@ def test_build_model_refuses_bad_arguments(text_cfg, image_cfg):
 
     with pytest.raises(ValueError, match="vocab_size"):
         models.build_model(text_cfg, num_classes=2)
-    bad = dataclasses.replace(image_cfg, model=dataclasses.replace(image_cfg.model, name="resnet"))
+    bad = dataclasses.replace(image_cfg, model=dataclasses.replace(image_cfg.model, name="vgg16"))
     with pytest.raises(ValueError, match="cnn"):
         models.build_model(bad, num_classes=2)
 

@@ -27,16 +27,17 @@ PARAMS_FILE = "params.yaml"
 
 DATASETS = ("cifar10", "imdb")
 MODALITIES = ("image", "text")
-IMAGE_MODELS = ("cnn",)
-TEXT_MODELS = ("embedding_gap",)
+IMAGE_MODELS = ("cnn", "resnet")
+TEXT_MODELS = ("embedding_gap", "ngram_bag")
 MODELS = IMAGE_MODELS + TEXT_MODELS
 STRATEGIES = ("one_device", "auto", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server", "tpu")
 MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 COMMUNICATIONS = ("auto", "ring", "nccl")
 LR_SCALINGS = ("none", "linear")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+PRECISION_CHOICES = PRECISIONS + ("auto",)  # auto: resolved from the hardware at start (tfpipe.precision)
 OPTIMIZERS = ("adam", "adamw", "sgd")
-LR_SCHEDULES = ("constant", "cosine")
+LR_SCHEDULES = ("constant", "cosine", "onecycle")
 SOURCES = ("tfds", "directory")
 ON_BAD_FILE = ("fail", "skip")
 SHARD_POLICIES = ("auto", "file", "data")  # mirrors tfpipe.data.inputs.SHARD_POLICIES
@@ -82,6 +83,10 @@ class ModelConfig:
     dense_units: int = 64
     dropout: float = 0.0
     embedding_dim: Optional[int] = None
+    ngrams: Optional[int] = None  # ngram_bag: longest token n-gram (1: unigrams only)
+    hash_buckets: Optional[int] = None  # ngram_bag: hashed ids for the n-grams longer than 1
+    augment: bool = False  # resnet: random flip + crop while training (inside the model)
+    tta_flip: bool = False  # resnet: average predictions over the image and its mirror at inference
 
 
 @dataclass
@@ -127,6 +132,7 @@ class OptimizerConfig:
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
     momentum: float = 0.9
+    nesterov: bool = False  # sgd only
 
 
 @dataclass
@@ -501,7 +507,15 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"model.filters={model.filters!r}: expected a non-empty list of positive integers")
     if model.name in TEXT_MODELS:
         _positive("model.embedding_dim", model.embedding_dim)
-    _positive("model.dense_units", model.dense_units)
+    if model.name == "ngram_bag":
+        if model.ngrams is None or model.ngrams < 1:
+            raise ConfigError(f"model.ngrams={model.ngrams!r}: must be >= 1")
+        if model.ngrams > 1:
+            _positive("model.hash_buckets", model.hash_buckets)
+    if model.name in ("resnet", "ngram_bag"):  # 0: no hidden dense layer in the head
+        _non_negative("model.dense_units", model.dense_units)
+    else:
+        _positive("model.dense_units", model.dense_units)
     if not 0.0 <= model.dropout < 1.0:
         raise ConfigError(f"model.dropout={model.dropout!r}: must be in [0, 1)")
 
@@ -539,7 +553,7 @@ def validate(cfg: Config) -> None:
         _device(f"strategy.devices[{i}]", device)
     if st.devices and len(set(d.lower() for d in st.devices)) != len(st.devices):
         raise ConfigError(f"strategy.devices={st.devices!r}: lists a device twice; allowed: distinct devices")
-    _choice("precision.policy", cfg.precision.policy, PRECISIONS)
+    _choice("precision.policy", cfg.precision.policy, PRECISION_CHOICES)
     if st.name == "tpu" and cfg.precision.policy == "mixed_float16":
         raise ConfigError(
             "precision.policy='mixed_float16': TPUs compute in bfloat16, not float16 (strategy.name=tpu); "

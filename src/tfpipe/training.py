@@ -95,12 +95,12 @@ class TrainResult:
 
 
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warm-up from ~0 to `peak` over `warmup_steps`, then constant or cosine decay to 0
-    at `total_steps`."""
+    """Linear warm-up from ~0 to `peak` over `warmup_steps`, then constant, cosine decay to 0 or
+    (onecycle) linear decay to 0 at `total_steps`."""
 
     def __init__(self, peak: float, total_steps: int, warmup_steps: int = 0, decay: str = "constant"):
-        if decay not in ("constant", "cosine"):
-            raise ValueError(f"decay={decay!r}: expected 'constant' or 'cosine'")
+        if decay not in ("constant", "cosine", "onecycle"):
+            raise ValueError(f"decay={decay!r}: expected 'constant', 'cosine' or 'onecycle'")
         self.peak = float(peak)
         self.total_steps = int(max(total_steps, 1))
         self.warmup_steps = int(max(warmup_steps, 0))
@@ -113,6 +113,10 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
             span = float(max(self.total_steps - self.warmup_steps, 1))
             progress = tf.clip_by_value((step - self.warmup_steps) / span, 0.0, 1.0)
             after = peak * 0.5 * (1.0 + tf.cos(math.pi * progress))
+        elif self.decay == "onecycle":  # the triangle of fast-CIFAR training (Smith; Page's ResNet-9)
+            span = float(max(self.total_steps - self.warmup_steps, 1))
+            progress = tf.clip_by_value((step - self.warmup_steps) / span, 0.0, 1.0)
+            after = peak * (1.0 - progress)
         else:
             after = peak
         if self.warmup_steps == 0:
@@ -151,7 +155,8 @@ def make_optimizer(train_cfg, learning_rate, policy: str = "float32") -> keras.o
     elif opt.name == "adamw":
         optimizer = keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=opt.weight_decay)
     elif opt.name == "sgd":
-        optimizer = keras.optimizers.SGD(learning_rate=learning_rate, momentum=opt.momentum, weight_decay=wd)
+        optimizer = keras.optimizers.SGD(learning_rate=learning_rate, momentum=opt.momentum, weight_decay=wd,
+                                         nesterov=bool(getattr(opt, "nesterov", False)))
     else:
         raise ValueError(f"train.optimizer.name={opt.name!r}: valid names: adam, adamw, sgd")
     if precision.needs_loss_scaling(policy):

@@ -11,8 +11,8 @@ from typing import Callable, Dict, Optional
 import keras
 
 from tfpipe.models.export import export_saved_model, load_class_names
-from tfpipe.models.image import build_cnn
-from tfpipe.models.text import NUM_SPECIAL_TOKENS, build_embedding_gap, make_text_vectorizer
+from tfpipe.models.image import build_cnn, build_resnet
+from tfpipe.models.text import NUM_SPECIAL_TOKENS, build_embedding_gap, build_ngram_bag, make_text_vectorizer
 
 __all__ = [
     "MODEL_BUILDERS",
@@ -26,6 +26,8 @@ __all__ = [
 MODEL_BUILDERS: Dict[str, Callable[..., keras.Model]] = {
     "cnn": lambda cfg, num_classes, vocab_size: build_cnn(cfg, num_classes),
     "embedding_gap": lambda cfg, num_classes, vocab_size: build_embedding_gap(cfg, num_classes, vocab_size),
+    "resnet": lambda cfg, num_classes, vocab_size: build_resnet(cfg, num_classes),
+    "ngram_bag": lambda cfg, num_classes, vocab_size: build_ngram_bag(cfg, num_classes, vocab_size),
 }
 
 

@@ -7,8 +7,15 @@ import platform
 from typing import Any, Optional
 
 
+def resolved_precision(cfg) -> str:
+    """The policy training uses: `auto` resolved from this host's hardware, other names as given."""
+    from tfpipe.precision import resolve_policy
+
+    return resolve_policy(cfg.precision.policy)
+
+
 def run_name(cfg) -> str:
-    return f"{cfg.dataset.name}-{cfg.model.name}-{cfg.strategy.name}-{cfg.precision.policy}"
+    return f"{cfg.dataset.name}-{cfg.model.name}-{cfg.strategy.name}-{resolved_precision(cfg)}"
 
 
 def _as_dict(info: Any) -> dict:
@@ -63,6 +70,7 @@ def run_tags(cfg, strategy_info: Any, manifest_digest: Optional[str], provenance
         "model": cfg.model.name,
         "strategy": cfg.strategy.name,
         "precision": cfg.precision.policy,
+        "precision.resolved": resolved_precision(cfg),
     }
     replicas = _first(strategy, "num_replicas_in_sync", "num_replicas", "replicas")
     if replicas is None and cfg.strategy.name == "one_device":

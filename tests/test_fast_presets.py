@@ -1,0 +1,159 @@
+"""The performance presets' pieces: resnet (augmentation, test-time flip), ngram_bag, the one-cycle
+schedule, precision `auto`, and the cifar10_fast / imdb_fast presets training on the tiny fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfpipe import config, models, precision, training
+from tfpipe.models.image import RandomFlipCrop
+from tfpipe.models.text import HashedNgrams
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCAB = ["film", "great", "awful", "the", "boring"]
+
+
+@pytest.fixture(autouse=True)
+def _restore_policy():
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def _cfg(*overrides):
+    return config.compose(list(overrides), config_dir=ROOT / "conf")
+
+
+def _images(n, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, size=(n, 32, 32, 3), dtype=np.uint8)
+
+
+def _serve(saved_dir, **inputs):
+    fn = tf.saved_model.load(str(saved_dir)).signatures["serving_default"]
+    out = fn(**{k: tf.constant(v) for k, v in inputs.items()})["probabilities"]
+    assert out.dtype == tf.float32
+    return out.numpy()
+
+
+def test_resnet_exports_raw_uint8_and_its_flip_tta_is_mirror_invariant(tmp_path):
+    cfg = _cfg("model=resnet", "model.filters=[8,16]")
+    model = models.build_model(cfg, num_classes=10)
+    assert model.inputs[0].dtype == "uint8" and tuple(model.inputs[0].shape) == (None, 32, 32, 3)
+    images = _images(3)
+    probs = model.predict(images, verbose=0)
+    assert probs.shape == (3, 10) and probs.dtype == np.float32
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
+    # Test-time flip: an image and its mirror get the same (averaged) prediction.
+    np.testing.assert_allclose(model.predict(images[:, :, ::-1], verbose=0), probs, atol=1e-5)
+    models.export_saved_model(model, tmp_path / "m", modality="image", image_shape=[32, 32, 3],
+                              class_names=[str(i) for i in range(10)])
+    np.testing.assert_allclose(_serve(tmp_path / "m", image=images), probs, atol=1e-5)
+    # In training the batch is not doubled: one output row per image.
+    assert model(images, training=True).shape == (3, 10)
+
+
+def test_random_flip_crop_only_in_training_and_crops_from_the_padded_image():
+    layer = RandomFlipCrop(pad=4, seed=1)
+    images = _images(16, seed=2)
+    np.testing.assert_array_equal(layer(images, training=False), images)
+    out = layer(images, training=True).numpy()
+    assert out.shape == images.shape and out.dtype == np.uint8
+    assert (out != images).any(axis=(1, 2, 3)).sum() >= 8  # most images moved or flipped
+    padded = np.pad(images, [(0, 0), (4, 4), (4, 4), (0, 0)], mode="reflect")
+    for i in range(16):  # every output is a 32x32 window of the padded image, possibly mirrored
+        windows = [padded[i, y:y + 32, x:x + 32] for y in range(9) for x in range(9)]
+        assert any((out[i] == w).all() or (out[i] == w[:, ::-1]).all() for w in windows)
+
+
+def test_hashed_ngrams_keep_padding_and_hash_after_the_vocabulary():
+    layer = HashedNgrams(base=7, ngrams=3, buckets=50)
+    ids = tf.constant([[2, 3, 4, 0, 0], [5, 5, 0, 0, 0]], tf.int64)
+    out = layer(ids).numpy()
+    assert out.shape == (2, 5 + 4 + 3)
+    np.testing.assert_array_equal(out[:, :5], ids.numpy())
+    bigrams, trigrams = out[:, 5:9], out[:, 9:]
+    assert (bigrams[0, :2] >= 7).all() and (bigrams[0, 2:] == 0).all()  # (4, 0), (0, 0) touch padding
+    assert bigrams[1, 0] >= 7 and (bigrams[1, 1:] == 0).all()
+    assert trigrams[0, 0] >= 7 and (trigrams[0, 1:] == 0).all() and (trigrams[1] == 0).all()
+    assert out.max() < 7 + 50
+    # the same bigram gets the same id wherever it occurs
+    again = layer(tf.constant([[9, 2, 3, 0, 0]], tf.int64)).numpy()
+    assert again[0, 6] == out[0, 5]
+
+
+def test_ngram_bag_exports_raw_strings(tmp_path):
+    cfg = _cfg("experiment=imdb_fast", "dataset.sequence_length=12", "model.hash_buckets=64")
+    model = models.build_model(cfg, num_classes=2, vocab_size=len(VOCAB))
+    assert model.get_layer("embedding").input_dim == len(VOCAB) + models.NUM_SPECIAL_TOKENS + 64
+    vec = models.make_text_vectorizer(VOCAB, 12)
+    models.export_saved_model(model, tmp_path / "t", modality="text", vectorizer=vec, class_names=["neg", "pos"])
+    reviews = ["A great film!", "Boring, AWFUL... the worst", ""]
+    probs = _serve(tmp_path / "t", text=reviews)
+    assert probs.shape == (3, 2)
+    np.testing.assert_allclose(probs, model.predict(vec(tf.constant(reviews)), verbose=0), atol=1e-6)
+
+
+def test_onecycle_schedule_rises_linearly_then_falls_to_zero():
+    s = training.WarmupSchedule(0.2, total_steps=100, warmup_steps=25, decay="onecycle")
+    assert float(s(0)) == pytest.approx(0.2 / 25)
+    assert float(s(24)) == pytest.approx(0.2) and float(s(25)) == pytest.approx(0.2)
+    assert float(s(62.5)) == pytest.approx(0.1, rel=1e-5)
+    assert float(s(100)) == pytest.approx(0.0, abs=1e-9) and float(s(400)) == pytest.approx(0.0, abs=1e-9)
+    cfg = _cfg("experiment=cifar10_fast")
+    sched = training.make_lr_schedule(cfg.train, steps_per_epoch=10)
+    assert sched.decay == "onecycle" and sched.warmup_steps == 20 and sched.total_steps == 90
+
+
+def test_precision_auto_follows_the_cpu_flags(tmp_path):
+    amx = tmp_path / "amx"
+    amx.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f amx_bf16 amx_tile\n")
+    plain = tmp_path / "plain"
+    plain.write_text("processor\t: 0\nflags\t\t: fpu sse avx2\n")
+    assert precision.cpu_has_fast_bf16(str(amx)) and not precision.cpu_has_fast_bf16(str(plain))
+    assert not precision.cpu_has_fast_bf16(str(tmp_path / "missing"))
+    assert precision.resolve_policy("float32") == "float32"
+    expected = "mixed_bfloat16" if precision.cpu_has_fast_bf16() else "float32"
+    if not tf.config.list_physical_devices("GPU"):
+        assert precision.resolve_policy("auto") == expected
+    assert precision.apply_policy("auto") == precision.resolve_policy("auto") == precision.current_policy()
+    from tfpipe import tracking
+
+    tags = tracking.run_tags(_cfg("precision=auto"), None, None, {})
+    assert tags["precision"] == "auto" and tags["precision.resolved"] == precision.resolve_policy("auto")
+
+
+def test_bad_preset_values_are_refused_in_one_line():
+    from tfpipe.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.ngrams"):
+        _cfg("experiment=imdb_fast", "model.ngrams=0")
+    with pytest.raises(ConfigError, match="onecycle"):
+        _cfg("train.lr_schedule.name=triangle")
+    with pytest.raises(ConfigError, match="auto"):
+        _cfg("precision.policy=fastest")
+
+
+def test_cifar10_fast_preset_trains_two_steps(prepared_image, tmp_path):
+    cfg = _cfg("experiment=cifar10_fast", "model.filters=[8,8]", "train.batch_size_per_replica=4",
+               "train.epochs=1", "train.steps_per_epoch=2", "train.lr_schedule.warmup_epochs=0.5",
+               "train.tensorboard=false")
+    assert cfg.model.name == "resnet" and cfg.train.optimizer.nesterov and cfg.precision.policy == "auto"
+    result = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path)
+    assert result.steps == 2 and result.precision == precision.resolve_policy("auto")
+    assert np.isfinite(result.history[0]["epoch_train_loss"])
+    probs = _serve(result.saved_model_dir, image=_images(2))
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-3)
+
+
+def test_imdb_fast_preset_trains_two_steps(prepared_text, tmp_path):
+    cfg = _cfg("experiment=imdb_fast", "model.hash_buckets=256", "train.batch_size_per_replica=4",
+               "train.epochs=1", "train.steps_per_epoch=2", "train.tensorboard=false")
+    assert cfg.model.name == "ngram_bag" and cfg.dataset.sequence_length == 1000
+    result = training.train(cfg, prepared_dir=prepared_text.prepared_dir, output_dir=tmp_path)
+    assert result.steps == 2 and np.isfinite(result.history[0]["epoch_train_loss"])
+    probs = _serve(result.saved_model_dir, text=["a wonderful film", "awful and boring"])
+    assert probs.shape == (2, 2)
