@@ -68,14 +68,20 @@ def make_train_stream(
     shard_policy: str = "auto",
     split: str = "train",
 ) -> tf.data.Dataset:
-    """Epochs `start_epoch .. epochs-1` of `split`, `batches_per_epoch` full batches each, back to back,
-    minus the first `skip_batches` batches of `start_epoch` (those a resumed run already trained on).
+    """Epochs `start_epoch .. epochs-1` of `split`, `batches_per_epoch` full global batches (steps) each,
+    back to back, minus the first `skip_batches` of `start_epoch` (those a resumed run already trained on).
 
     Epoch e is shuffled with the seed pair (seed, e) and no reshuffling, so it is the same order in an
     uninterrupted run and in one resumed at any point. Batching, sharding and caching as `make_dataset`;
     the record cache is shared by all epochs (the first epoch fills it).
     """
     manifest, records, batch_size = _records(prepared_dir, split, batch_size, cache, input_context, shard_policy)
+    # The counts are in global batches (steps); a pipeline feeding several replicas (mirrored on one host)
+    # yields one per-replica batch per replica and step.
+    per_step = 1
+    if input_context is not None:
+        per_step = max(input_context.num_replicas_in_sync // max(input_context.num_input_pipelines, 1), 1)
+    batches_per_epoch, skip_batches = int(batches_per_epoch) * per_step, int(skip_batches) * per_step
     base_seed = tf.constant(int(seed), tf.int64)
     buffer = int(shuffle_buffer)
 
