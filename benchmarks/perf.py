@@ -261,9 +261,8 @@ def bench_dvc(args) -> None:
     no-op `dvc repro` against DVC's own start-up (`dvc --version`) and `dvc status`."""
     sys.path.insert(0, str(ROOT / "tests"))
     from conftest import write_image_tree, write_text_tree
+    from test_pipeline_e2e import PROJECT_FILES as files  # what a project copy needs, kept in one place
 
-    files = ["conf", "pipeline", "src", "dvc.yaml", "params.yaml", "MLproject", "python_env.yaml",
-             "requirements.lock", "pyproject.toml", ".gitignore", ".dvcignore", ".dvc/config"]
     tmp = Path(tempfile.mkdtemp(prefix="tfpipe-dvc-bench-"))
     try:
         project = tmp / "project"
