@@ -105,7 +105,8 @@ for strategy, precision in [("mirrored", "float32"), ("central_storage", "mixed_
     fn = tf.saved_model.load(str(r.saved_model_dir)).signatures["serving_default"]
     probs = fn(image=tf.zeros([2, 32, 32, 3], tf.uint8))["probabilities"]
     results[f"{strategy}-{precision}"] = {"strategy": r.strategy, "losses": [h["epoch_train_loss"] for h in r.history],
-        "global_batch": r.global_batch_size, "out_dtype": probs.dtype.name, "precision": r.precision}
+        "global_batch": r.global_batch_size, "out_dtype": probs.dtype.name, "precision": r.precision,
+        "steps": r.steps, "examples": [round(h["epoch_examples_per_sec"] * h["epoch_seconds"]) for h in r.history]}
 print("RESULT " + json.dumps(results))
 """
 
@@ -132,6 +133,8 @@ def test_local_multi_replica_strategies_train_on_logical_cpus(local_multi_replic
     assert r["losses"][-1] < r["losses"][0], r["losses"]
     assert r["out_dtype"] == "float32"
     assert r["precision"] == key.split("-", 1)[1]
+    # 21 train examples -> 5 global batches of 4 per epoch; throughput counts exactly those examples
+    assert r["steps"] == 15 and r["examples"] == [20, 20, 20], r
 
 
 def test_logical_cpus_after_tf_started_is_a_clear_error():

@@ -543,6 +543,14 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, stream_fn, out
         trainer.epoch_step.assign(epoch_step)
         manager.save(checkpoint_number=step)
 
+    def trained_examples(steps: int, loss_metric) -> float:
+        """Examples trained in `steps` optimizer steps. Synchronous strategies: steps x global batch x N
+        (the metric's count is not reliable everywhere: CentralStorageStrategy over-counts it); under
+        parameter_server the count comes from the steps' own results (run_coordinated_epoch)."""
+        if trainer.coordinator is not None:
+            return _count(loss_metric)
+        return float(steps * global_batch * accumulation)
+
     from tfpipe import monitoring
 
     # TensorBoard summaries + profiler (train.tensorboard*, train.profile_steps); writes on the chief only.
@@ -556,12 +564,13 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, stream_fn, out
             for metric in (trainer.epoch_loss, trainer.epoch_acc, trainer.window_loss, trainer.window_acc):
                 metric.reset_state()
             t_epoch = time.perf_counter()
-            window = {"t": t_epoch}
+            window = {"t": t_epoch, "steps": 0}
 
             def flush_window() -> None:
-                examples = _count(trainer.window_loss)
+                examples = trained_examples(window["steps"], trainer.window_loss)
                 if examples <= 0:
                     return
+                window["steps"] = 0
                 now = time.perf_counter()
                 metrics = {
                     "train_loss": _value(trainer.window_loss.result()),
@@ -579,6 +588,7 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, stream_fn, out
             def on_step(steps_in_epoch: int) -> None:
                 nonlocal step
                 step += 1
+                window["steps"] += 1
                 monitor.on_step(step)  # profiler range transitions
                 if step % tc.log_every_steps == 0:
                     flush_window()
@@ -599,7 +609,7 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, stream_fn, out
                 ran = trainer.run_train_epoch(train_iterator, steps_per_epoch - skip, on_step=on_step)
             flush_window()  # the tail of the epoch, so short epochs still report step metrics
             epoch_seconds = time.perf_counter() - t_epoch
-            examples = _count(trainer.epoch_loss)
+            examples = trained_examples(ran, trainer.epoch_loss)
             if ran == 0 and not skip:
                 raise DataError(
                     f"train split ({inputs.num_train_examples} examples) gives no full batch of {global_batch} "
