@@ -261,19 +261,11 @@ def bench_dvc(args) -> None:
     no-op `dvc repro` against DVC's own start-up (`dvc --version`) and `dvc status`."""
     sys.path.insert(0, str(ROOT / "tests"))
     from conftest import write_image_tree, write_text_tree
-    from test_pipeline_e2e import PROJECT_FILES as files  # what a project copy needs, kept in one place
+    from test_pipeline_e2e import copy_project  # the e2e tests' project copy, kept in one place
 
     tmp = Path(tempfile.mkdtemp(prefix="tfpipe-dvc-bench-"))
     try:
-        project = tmp / "project"
-        project.mkdir()
-        for name in files:
-            src, dst = ROOT / name, project / name
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            if src.is_dir():
-                shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-            else:
-                shutil.copy2(src, dst)
+        project = copy_project(tmp / "project")
         write_image_tree(project / "data" / "raw" / "cifar10", train_per_class=args.per_class)
         write_text_tree(project / "data" / "raw" / "imdb")
         (project / "data" / "raw" / ".gitkeep").touch()

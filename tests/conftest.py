@@ -13,6 +13,18 @@ SHARED_DATASETS = ROOT.parent / "shared" / "datasets"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+TINY_VOCAB = ["film", "great", "awful", "the", "boring"]  # a text model's vocabulary for model-level tests
+
+
+@pytest.fixture
+def restore_float32_policy():
+    """Tests that set a Keras mixed-precision policy leave the global policy at float32."""
+    yield
+    import keras
+
+    keras.mixed_precision.set_global_policy("float32")
+
+
 @pytest.fixture
 def make_config():
     """Compose conf/ with Hydra overrides (the same grammar as `dvc exp run -S`) -> Config."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -14,14 +13,12 @@ from tfpipe import config, models, precision, training
 from tfpipe.models.image import RandomFlipCrop
 from tfpipe.models.text import HashedNgrams
 
+from conftest import TINY_VOCAB as VOCAB  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-VOCAB = ["film", "great", "awful", "the", "boring"]
 
 
-@pytest.fixture(autouse=True)
-def _restore_policy():
-    yield
-    keras.mixed_precision.set_global_policy("float32")
+pytestmark = pytest.mark.usefixtures("restore_float32_policy")
 
 
 def _cfg(*overrides):

@@ -11,15 +11,13 @@ import tensorflow as tf
 
 from tfpipe import models, precision
 
+from conftest import TINY_VOCAB as VOCAB  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
-VOCAB = ["film", "great", "awful", "the", "boring"]
 
 
-@pytest.fixture(autouse=True)
-def _restore_policy():
-    yield
-    keras.mixed_precision.set_global_policy("float32")
+pytestmark = pytest.mark.usefixtures("restore_float32_policy")
 
 
 @pytest.fixture(scope="module")

@@ -34,9 +34,9 @@ def _run(cmd, cwd, env, timeout=600):
     return proc.stdout + proc.stderr
 
 
-def _make_project(tmp: Path, image_dir: Path, text_dir: Path) -> tuple[Path, dict]:
-    project = tmp / "project"
-    project.mkdir()
+def copy_project(project: Path) -> Path:
+    """The files a working project needs (PROJECT_FILES) copied into `project` (also used by benchmarks)."""
+    project.mkdir(parents=True)
     for name in PROJECT_FILES:
         src, dst = ROOT / name, project / name
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -44,6 +44,11 @@ def _make_project(tmp: Path, image_dir: Path, text_dir: Path) -> tuple[Path, dic
             shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         else:
             shutil.copy2(src, dst)
+    return project
+
+
+def _make_project(tmp: Path, image_dir: Path, text_dir: Path) -> tuple[Path, dict]:
+    project = copy_project(tmp / "project")
     shutil.copytree(image_dir, project / "data" / "raw" / "cifar10")
     shutil.copytree(text_dir, project / "data" / "raw" / "imdb")
     (project / "data" / "raw" / ".gitkeep").touch()
