@@ -67,7 +67,7 @@ BAD_OVERRIDES = [
     (["train.epochs.x=1"], ["train.epochs.x", "'train.epochs' is a value", "not a section"]),
     # config group options
     (["dataset=mnist"], ["dataset='mnist'", "config group 'dataset'", "allowed: cifar10, imdb"]),
-    (["model=resnet50"], ["model='resnet50'", "config group 'model'", "allowed: cnn, embedding_gap, ngram_bag, resnet"]),
+    (["model=resnet50"], ["model='resnet50'", "config group 'model'", "allowed: cnn, embedding_gap, nbsvm, ngram_bag, resnet"]),
     (["strategy=tpu_pod"], ["strategy='tpu_pod'", "did you mean 'tpu'", "allowed: auto, central_storage"]),
     (["precision=fp8"], ["precision='fp8'", "config group 'precision'", "allowed: auto, float32, mixed_bfloat16"]),
     (["experiment=huge"], ["experiment='huge'", "config group 'experiment'", "allowed: cifar10, cifar10_fast, imdb, imdb_fast, smoke"]),

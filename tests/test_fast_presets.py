@@ -83,7 +83,7 @@ def test_hashed_ngrams_keep_padding_and_hash_after_the_vocabulary():
 
 
 def test_ngram_bag_exports_raw_strings(tmp_path):
-    cfg = _cfg("experiment=imdb_fast", "dataset.sequence_length=12", "model.hash_buckets=64")
+    cfg = _cfg("dataset=imdb", "model=ngram_bag", "dataset.sequence_length=12", "model.hash_buckets=64")
     model = models.build_model(cfg, num_classes=2, vocab_size=len(VOCAB))
     assert model.get_layer("embedding").input_dim == len(VOCAB) + models.NUM_SPECIAL_TOKENS + 64
     vec = models.make_text_vectorizer(VOCAB, 12)
@@ -128,6 +128,10 @@ def test_bad_preset_values_are_refused_in_one_line():
 
     with pytest.raises(ConfigError, match="model.ngrams"):
         _cfg("experiment=imdb_fast", "model.ngrams=0")
+    with pytest.raises(ConfigError, match="model.min_documents"):
+        _cfg("experiment=imdb_fast", "model.min_documents=0")
+    with pytest.raises(ConfigError, match="dataset.standardize='keep'"):
+        _cfg("dataset=imdb", "dataset.standardize=keep")
     with pytest.raises(ConfigError, match="onecycle"):
         _cfg("train.lr_schedule.name=triangle")
     with pytest.raises(ConfigError, match="auto"):
@@ -146,11 +150,66 @@ def test_cifar10_fast_preset_trains_two_steps(prepared_image, tmp_path):
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-3)
 
 
-def test_imdb_fast_preset_trains_two_steps(prepared_text, tmp_path):
-    cfg = _cfg("experiment=imdb_fast", "model.hash_buckets=256", "train.batch_size_per_replica=4",
-               "train.epochs=1", "train.steps_per_epoch=2", "train.tensorboard=false")
-    assert cfg.model.name == "ngram_bag" and cfg.dataset.sequence_length == 1000
-    result = training.train(cfg, prepared_dir=prepared_text.prepared_dir, output_dir=tmp_path)
+def test_split_punctuation_makes_marks_tokens_and_drops_html_breaks():
+    from tfpipe.textnorm import split_punctuation
+
+    out = split_punctuation(tf.constant(["Great!<br /><br />Don't MISS it (9/10)?"])).numpy()[0].decode()
+    assert out.split() == ["great", "!", "don't", "miss", "it", "(", "9", "/", "10", ")", "?"]
+    vec = models.make_text_vectorizer(["great", "!", "awful"], 4, "split_punctuation")
+    np.testing.assert_array_equal(vec(tf.constant(["GREAT!! awful"])).numpy(), [[2, 3, 3, 4]])
+    strip = models.make_text_vectorizer(["great", "!", "awful"], 4)  # the default drops the marks
+    np.testing.assert_array_equal(strip(tf.constant(["GREAT!! awful"])).numpy(), [[2, 4, 0, 0]])
+
+
+def test_distinct_ids_keep_each_feature_once_per_row():
+    from tfpipe.models.text import DistinctIds
+
+    out = DistinctIds()(tf.constant([[5, 3, 5, 0, 3, 9], [0, 0, 0, 0, 0, 0]], tf.int64)).numpy()
+    assert sorted(out[0][out[0] > 0].tolist()) == [3, 5, 9] and (out[1] == 0).all()
+
+
+def test_nb_ratios_are_the_smoothed_log_count_ratios():
+    cfg = _cfg("dataset=imdb", "model=nbsvm", "dataset.sequence_length=4", "model.ngrams=1", "model.min_documents=1")
+    model = models.build_model(cfg, num_classes=2, vocab_size=3)  # ids 2, 3, 4 (0 padding, 1 OOV)
+    tokens = tf.constant([[2, 2, 3, 0], [2, 4, 0, 0], [4, 0, 0, 0]], tf.int64)  # id 2 twice: counted once
+    labels = tf.constant([1, 1, 0], tf.int64)
+    stats = models.fit_to_train_split(model, cfg.model, [(tokens, labels)], num_classes=2)
+    assert stats["documents"] == 3 and stats["features_seen"] == 3
+    r = model.get_layer("nb_ratios").get_weights()[0]
+    # class 1 documents hold 2:2, 3:1, 4:1 (sum+smoothing: 3,2,2 of 7 + ...); class 0 holds 4:1
+    p1 = np.array([0, 0, 2 + 1, 1 + 1, 1 + 1], float)[2:]
+    p0 = np.array([0, 0, 0 + 1, 0 + 1, 1 + 1], float)[2:]
+    expected = np.log(p1 / p1.sum()) - np.log(p0 / p0.sum())
+    np.testing.assert_allclose(r[2:5, 1], expected, rtol=1e-5)
+    np.testing.assert_allclose(r[2:5, 0], -expected, rtol=1e-5)
+    assert (r[:2] == 0).all()  # padding and (unseen) OOV carry no evidence
+    # min_documents: a feature in fewer documents gets no ratio
+    cfg.model.min_documents = 2
+    models.fit_to_train_split(model, cfg.model, [(tokens, labels)], num_classes=2)
+    r = model.get_layer("nb_ratios").get_weights()[0]
+    assert r[2, 1] != 0 and r[4, 1] != 0 and r[3, 1] == 0
+    # The naive Bayes ratios alone already classify: w starts near 0, so the logits are ~0.04 sum(r).
+    probs = model.predict(tf.constant([[2, 0, 0, 0], [4, 0, 0, 0]], tf.int64), verbose=0)
+    assert probs[0, 1] > 0.5 > probs[1, 1]
+
+
+def test_imdb_fast_preset_trains_two_steps_and_serves_raw_strings(text_dir, tmp_path):
+    from conftest import prepare_tree
+
+    prepared = prepare_tree(text_dir, tmp_path / "prepared", "experiment=imdb_fast")
+    cfg = _cfg("experiment=imdb_fast", "model.hash_buckets=256", "model.min_documents=1",
+               "train.batch_size_per_replica=4", "train.epochs=1", "train.steps_per_epoch=2", "train.tensorboard=false")
+    assert cfg.model.name == "nbsvm" and cfg.dataset.standardize == "split_punctuation"
+    result = training.train(cfg, prepared_dir=prepared.prepared_dir, output_dir=tmp_path / "out")
     assert result.steps == 2 and np.isfinite(result.history[0]["epoch_train_loss"])
-    probs = _serve(result.saved_model_dir, text=["a wonderful film", "awful and boring"])
-    assert probs.shape == (2, 2)
+    assert result.history[0]["val_accuracy"] == 1.0  # the fixture's sentiment words separate the classes
+    probs = _serve(result.saved_model_dir, text=["a wonderful, great film!", "awful and boring..."])
+    assert probs[0, 1] > 0.5 > probs[1, 1]
+
+
+def test_a_vocabulary_standardised_otherwise_is_refused(prepared_text, tmp_path):
+    from tfpipe.errors import DataError
+
+    cfg = _cfg("dataset=imdb", "dataset.standardize=split_punctuation", "train.epochs=1", "train.steps_per_epoch=1")
+    with pytest.raises(DataError, match="standardize='strip_punctuation' but the config wants 'split_punctuation'"):
+        training.train(cfg, prepared_dir=prepared_text.prepared_dir, output_dir=tmp_path)

@@ -28,7 +28,7 @@ PARAMS_FILE = "params.yaml"
 DATASETS = ("cifar10", "imdb")
 MODALITIES = ("image", "text")
 IMAGE_MODELS = ("cnn", "resnet")
-TEXT_MODELS = ("embedding_gap", "ngram_bag")
+TEXT_MODELS = ("embedding_gap", "ngram_bag", "nbsvm")
 MODELS = IMAGE_MODELS + TEXT_MODELS
 STRATEGIES = ("one_device", "auto", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server", "tpu")
 MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
@@ -74,6 +74,7 @@ class DatasetConfig:
     channels: Optional[int] = None
     max_tokens: Optional[int] = None
     sequence_length: Optional[int] = None
+    standardize: Optional[str] = None  # text only: tfpipe.textnorm.STANDARDIZERS
 
 
 @dataclass
@@ -84,7 +85,8 @@ class ModelConfig:
     dropout: float = 0.0
     embedding_dim: Optional[int] = None
     ngrams: Optional[int] = None  # ngram_bag: longest token n-gram (1: unigrams only)
-    hash_buckets: Optional[int] = None  # ngram_bag: hashed ids for the n-grams longer than 1
+    hash_buckets: Optional[int] = None  # ngram_bag, nbsvm: hashed ids for the n-grams longer than 1
+    min_documents: Optional[int] = None  # nbsvm: features in fewer train documents get no weight
     augment: bool = False  # resnet: random flip + crop while training (inside the model)
     tta_flip: bool = False  # resnet: average predictions over the image and its mirror at inference
 
@@ -495,6 +497,9 @@ def validate(cfg: Config) -> None:
     else:
         _positive("dataset.max_tokens", ds.max_tokens)
         _positive("dataset.sequence_length", ds.sequence_length)
+        from tfpipe.textnorm import STANDARDIZERS
+
+        _choice("dataset.standardize", ds.standardize, STANDARDIZERS)
 
     _choice("model.name", model.name, MODELS)
     wanted = IMAGE_MODELS if ds.modality == "image" else TEXT_MODELS
@@ -505,14 +510,16 @@ def validate(cfg: Config) -> None:
         )
     if model.name in IMAGE_MODELS and (not model.filters or min(model.filters) <= 0):
         raise ConfigError(f"model.filters={model.filters!r}: expected a non-empty list of positive integers")
-    if model.name in TEXT_MODELS:
+    if model.name in TEXT_MODELS and model.name != "nbsvm":
         _positive("model.embedding_dim", model.embedding_dim)
-    if model.name == "ngram_bag":
+    if model.name == "nbsvm":
+        _positive("model.min_documents", model.min_documents)
+    if model.name in ("ngram_bag", "nbsvm"):
         if model.ngrams is None or model.ngrams < 1:
             raise ConfigError(f"model.ngrams={model.ngrams!r}: must be >= 1")
         if model.ngrams > 1:
             _positive("model.hash_buckets", model.hash_buckets)
-    if model.name in ("resnet", "ngram_bag"):  # 0: no hidden dense layer in the head
+    if model.name in ("resnet", "ngram_bag", "nbsvm"):  # 0: no hidden dense layer in the head
         _non_negative("model.dense_units", model.dense_units)
     else:
         _positive("model.dense_units", model.dense_units)

@@ -47,7 +47,7 @@ import tensorflow as tf
 
 from tfpipe import distribute, interrupts, precision
 from tfpipe.errors import DataError, UserError
-from tfpipe.models import build_model, export_saved_model, make_text_vectorizer
+from tfpipe.models import build_model, export_saved_model, fit_to_train_split, make_text_vectorizer
 
 log = logging.getLogger(__name__)
 
@@ -188,13 +188,14 @@ class _Inputs:
     image_shape: Optional[List[int]] = None
     vocab_tokens: Optional[List[str]] = None
     sequence_length: Optional[int] = None
+    standardize: Optional[str] = None  # how the vocabulary's text was standardised (the manifest's)
 
     @property
     def vocab_size(self) -> Optional[int]:
         return None if self.vocab_tokens is None else len(self.vocab_tokens)
 
     def vectorizer(self):
-        return make_text_vectorizer(self.vocab_tokens, self.sequence_length)
+        return make_text_vectorizer(self.vocab_tokens, self.sequence_length, self.standardize)
 
 
 def _read_inputs(cfg, manifest: dict, prepared_dir: Path) -> _Inputs:
@@ -227,6 +228,14 @@ def _read_inputs(cfg, manifest: dict, prepared_dir: Path) -> _Inputs:
         if not inputs.vocab_tokens:
             raise DataError(f"{prepared_dir}: empty vocabulary; run prepare again")
         inputs.sequence_length = int(cfg.dataset.sequence_length)
+        # Manifests written before dataset.standardize existed used Keras' default (strip_punctuation).
+        inputs.standardize = manifest.get("standardize") or "strip_punctuation"
+        wanted = getattr(cfg.dataset, "standardize", None) or "strip_punctuation"
+        if inputs.standardize != wanted:
+            raise DataError(
+                f"{prepared_dir}: vocabulary was built with dataset.standardize={inputs.standardize!r} but the "
+                f"config wants {wanted!r}; run prepare again (or give this config its own data.output_dir)"
+            )
     return inputs
 
 
@@ -479,6 +488,13 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, stream_fn, out
     accumulation = int(getattr(tc, "grad_accumulation_steps", 1) or 1)
     steps_per_epoch = max(micro_batches // accumulation, 1)  # optimizer steps
     trainer = Trainer(cfg, strategy, inputs, policy=policy, steps_per_epoch=steps_per_epoch)
+    # Parameters counted from the train split (nbsvm's ratios): always recomputed (deterministic, so a
+    # resumed run and every worker get the same values) before a checkpoint restores the rest.
+    t_fit = time.perf_counter()
+    fitted = fit_to_train_split(trainer.model, cfg.model, dataset_fn("train", False)(tf.distribute.InputContext()),
+                                inputs.num_classes)
+    if fitted is not None:
+        log.info("fitted %s to the train split in %.1f s: %s", cfg.model.name, time.perf_counter() - t_fit, fitted)
 
     ckpt_dir = output_dir / CHECKPOINTS
     saved_model_dir = output_dir / SAVED_MODEL

@@ -81,11 +81,13 @@ def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool) -> dict:
     else:
         feature = {"dtype": "string", "shape": []}
 
-    vocab_file = vocab_size = None
+    vocab_file = vocab_size = standardize = None
     if modality == "text":
         from tfpipe.data.vocab import build_vocab
 
-        vocab_size = build_vocab([tmp / s["file"] for s in shards["train"]], tmp / VOCAB_FILE, ds_cfg.max_tokens)
+        standardize = getattr(ds_cfg, "standardize", None) or "strip_punctuation"
+        vocab_size = build_vocab([tmp / s["file"] for s in shards["train"]], tmp / VOCAB_FILE, ds_cfg.max_tokens,
+                                 standardize)
         vocab_file = VOCAB_FILE
 
     manifest = {
@@ -99,6 +101,7 @@ def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool) -> dict:
         "splits": {split: {"num_examples": counts[split], "shards": shards[split]} for split in SPLITS},
         "vocab_file": vocab_file,
         "vocab_size": vocab_size,
+        "standardize": standardize,
         "skipped_files": bad.summary(),
         "config": manifest_config(cfg),
     }

@@ -12,12 +12,20 @@ import keras
 
 from tfpipe.models.export import export_saved_model, load_class_names
 from tfpipe.models.image import build_cnn, build_resnet
-from tfpipe.models.text import NUM_SPECIAL_TOKENS, build_embedding_gap, build_ngram_bag, make_text_vectorizer
+from tfpipe.models.text import (
+    NUM_SPECIAL_TOKENS,
+    build_embedding_gap,
+    build_nbsvm,
+    build_ngram_bag,
+    fit_nb_ratios,
+    make_text_vectorizer,
+)
 
 __all__ = [
     "MODEL_BUILDERS",
     "NUM_SPECIAL_TOKENS",
     "build_model",
+    "fit_to_train_split",
     "export_saved_model",
     "load_class_names",
     "make_text_vectorizer",
@@ -28,7 +36,16 @@ MODEL_BUILDERS: Dict[str, Callable[..., keras.Model]] = {
     "embedding_gap": lambda cfg, num_classes, vocab_size: build_embedding_gap(cfg, num_classes, vocab_size),
     "resnet": lambda cfg, num_classes, vocab_size: build_resnet(cfg, num_classes),
     "ngram_bag": lambda cfg, num_classes, vocab_size: build_ngram_bag(cfg, num_classes, vocab_size),
+    "nbsvm": lambda cfg, num_classes, vocab_size: build_nbsvm(cfg, num_classes, vocab_size),
 }
+
+
+def fit_to_train_split(model: keras.Model, model_cfg, batches, num_classes: int) -> Optional[dict]:
+    """Set the parameters a model computes from the train split before training (nbsvm: its naive Bayes
+    ratios); None for models that have none. `batches`: (model input, labels) over the whole split."""
+    if model_cfg.name == "nbsvm":
+        return fit_nb_ratios(model, batches, num_classes, min_documents=int(model_cfg.min_documents or 1))
+    return None
 
 
 def build_model(cfg, num_classes: int, vocab_size: Optional[int] = None) -> keras.Model:

@@ -13,12 +13,16 @@ from tfpipe.models.head import classifier_head
 NUM_SPECIAL_TOKENS = 2  # padding '' and OOV '[UNK]', prepended by TextVectorization
 
 
-def make_text_vectorizer(vocab_tokens: Sequence[str], sequence_length: int) -> layers.TextVectorization:
+def make_text_vectorizer(vocab_tokens: Sequence[str], sequence_length: int,
+                         standardize: str = "strip_punctuation") -> layers.TextVectorization:
     """TextVectorization over vocab.txt's tokens (no special tokens in the file; the layer adds
-    '' and '[UNK]', so its vocabulary size is len(vocab_tokens) + 2). Default standardisation
-    (lower_and_strip_punctuation) and whitespace split, as the manifest's vocabulary was built."""
+    '' and '[UNK]', so its vocabulary size is len(vocab_tokens) + 2). `standardize` (tfpipe.textnorm)
+    and whitespace split, as the manifest says the vocabulary was built."""
+    from tfpipe.textnorm import standardizer
+
     return layers.TextVectorization(
         vocabulary=list(vocab_tokens),
+        standardize=standardizer(standardize),
         output_mode="int",
         output_sequence_length=int(sequence_length),
         dtype="string",
@@ -111,3 +115,107 @@ def build_ngram_bag(cfg, num_classes: int, vocab_size: int) -> keras.Model:
     x = MaskedMean(name="pool")(x, ids)
     outputs = classifier_head(x, cfg.model, num_classes)
     return keras.Model(inputs, outputs, name="ngram_bag")
+
+
+# ----------------------------------------------------------------------------- NBSVM-style n-gram model
+
+# NBSVM++ constants (Wang & Manning 2012, as in fast.ai's NBSVM++): the logit of class c sums, over the
+# review's distinct n-grams f, (w_f + W_ADJ) * r[f, c] / R_ADJ. With w = 0 that is a scaled naive
+# Bayes classifier; training w moves each feature's weight away from its naive Bayes value.
+W_ADJ = 0.4
+R_ADJ = 10.0
+NB_SMOOTHING = 1.0  # additive (Laplace) smoothing of the per-class document frequencies
+
+
+class DistinctIds(layers.Layer):
+    """ids [B, T] -> ids [B, T] sorted per row with every repeat set to 0 (padding): a binarised bag
+    of features, as NBSVM counts each n-gram once per document."""
+
+    def __init__(self, **kwargs):
+        super().__init__(autocast=False, **kwargs)
+
+    def call(self, ids):
+        import tensorflow as tf
+
+        ids = tf.sort(tf.cast(ids, tf.int32), axis=1)  # ids < 2^31 (HashedNgrams' modulus)
+        first = tf.concat([tf.ones_like(ids[:, :1], tf.bool), tf.not_equal(ids[:, 1:], ids[:, :-1])], axis=1)
+        return tf.cast(tf.where(first, ids, tf.zeros_like(ids)), tf.int64)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
+class NBLogits(layers.Layer):
+    """Logits [B, C] of the NBSVM++ model: sum over the non-padding positions t of
+    (w[t] + W_ADJ) * r[t, c] / R_ADJ, plus a per-class bias. w [B, T, 1] is trained; r [B, T, C] holds
+    the fixed naive Bayes log-count ratios (fit_nb_ratios)."""
+
+    def build(self, w_shape, r_shape=None, ids_shape=None):
+        self.bias = self.add_weight(shape=(r_shape[-1],), initializer="zeros", name="bias")
+
+    def call(self, w, r, ids):
+        import tensorflow as tf
+
+        mask = tf.cast(tf.not_equal(ids, 0), w.dtype)[:, :, None]
+        return tf.reduce_sum((w + W_ADJ) * r * mask, axis=1) / R_ADJ + self.bias
+
+    def compute_output_shape(self, w_shape, r_shape=None, ids_shape=None):
+        return (w_shape[0], r_shape[-1])
+
+
+def build_nbsvm(cfg, num_classes: int, vocab_size: int) -> keras.Model:
+    """NBSVM++ over unigrams and hashed n-grams up to model.ngrams: the review's distinct features, each
+    with a trained weight w (Embedding [features, 1]) scaling its fixed naive Bayes log-count ratios r
+    (Embedding [features, classes], not trainable, set from the train split by `fit_nb_ratios` before
+    training), summed into logits and a float32 softmax. Same int token input as the other text models."""
+    if not vocab_size or vocab_size <= 0:
+        raise ValueError(f"vocab_size={vocab_size!r}: the text model needs the vocabulary size (tokens in vocab.txt)")
+    base = vocab_size + NUM_SPECIAL_TOKENS
+    ngrams = int(cfg.model.ngrams or 1)
+    buckets = int(cfg.model.hash_buckets or 0) if ngrams > 1 else 0
+    inputs = keras.Input(shape=(cfg.dataset.sequence_length,), dtype="int64", name="tokens")
+    ids = HashedNgrams(base, ngrams, buckets, name="ngrams")(inputs) if ngrams > 1 else inputs
+    ids = DistinctIds(name="distinct")(ids)
+    w = layers.Embedding(base + buckets, 1, embeddings_initializer=keras.initializers.RandomUniform(-0.1, 0.1),
+                         dtype="float32", name="weights")(ids)
+    r = layers.Embedding(base + buckets, num_classes, embeddings_initializer="zeros", trainable=False,
+                         dtype="float32", name="nb_ratios")(ids)
+    logits = NBLogits(dtype="float32", name="logits")(w, r, ids)
+    outputs = layers.Activation("softmax", dtype="float32", name="probabilities")(logits)
+    return keras.Model(inputs, outputs, name="nbsvm")
+
+
+def fit_nb_ratios(model: keras.Model, batches, num_classes: int, min_documents: int = 1) -> dict:
+    """Set the model's naive Bayes log-count ratios from (token ids, labels) batches of the train split:
+    r[f, c] = log(p_c[f] / |p_c|) - log(q_c[f] / |q_c|), where p_c[f] counts the class-c documents holding
+    feature f and q_c[f] the other classes' (both + NB_SMOOTHING; the norms run over the features seen).
+    Features in fewer than `min_documents` documents, and unseen ones, get r = 0. Deterministic, so every worker of a
+    multi-worker job sets the same values. Returns counts for the log."""
+    import numpy as np
+
+    features = keras.Model(model.inputs, model.get_layer("distinct").output)
+    table = model.get_layer("nb_ratios").embeddings
+    size = int(table.shape[0])
+    per_class = [[] for _ in range(num_classes)]  # distinct ids of each class's documents
+    documents = 0
+    for tokens, labels in batches:
+        ids = np.asarray(features(tokens, training=False))
+        labels = np.asarray(labels)
+        documents += len(labels)
+        for c in range(num_classes):
+            rows = ids[labels == c]
+            per_class[c].append(rows[rows > 0])
+    counts = np.stack([
+        np.bincount(np.concatenate(chunks) if chunks else np.zeros(0, np.int64), minlength=size)[:size]
+        for chunks in per_class
+    ]).astype(np.float64)
+    counts[:, 0] = 0.0  # padding is not a feature
+    totals = counts.sum(axis=0, keepdims=True)
+    seen = totals[0] > 0  # normalise over the features that occur (not the hash table's empty buckets)
+    p = counts[:, seen] + NB_SMOOTHING
+    q = (totals[:, seen] - counts[:, seen]) + NB_SMOOTHING
+    ratios = np.zeros_like(counts)
+    ratios[:, seen] = np.log(p / p.sum(axis=1, keepdims=True)) - np.log(q / q.sum(axis=1, keepdims=True))
+    ratios[:, totals[0] < min_documents] = 0.0  # rare features: noise the weights would only overfit
+    table.assign(ratios.T.astype(np.float32))
+    return {"documents": documents, "features_seen": int((totals[0] > 0).sum()), "features": size}
