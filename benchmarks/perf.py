@@ -197,6 +197,9 @@ def bench_keras(args) -> None:
     configs = [
         ("plain Keras (tf.data cache/shuffle/batch + model.fit)", "keras", ["cifar10", "0", "64"]),
         ("tfpipe train stage loop, default config", "pipeline", ["cifar10", "0"]),
+        ("tfpipe train stage loop, train.steps_per_execution=1", "pipeline", ["cifar10", "0", "train.steps_per_execution=1"]),
+        ("tfpipe train stage loop, train.steps_per_execution=10", "pipeline",
+         ["cifar10", "0", "train.steps_per_execution=10"]),
     ]
     res = _side_by_side(configs, args.repeats)
     _table([(label, _median(res[label])) for label, _, _ in configs], configs[0][0])

@@ -144,12 +144,15 @@ def test_rerun_of_a_dvc_run_is_reproduced_and_recorded(tmp_path, image_dir, text
 
     from tfpipe.tracking import reading
 
-    project, env = _make_project(tmp_path, image_dir, text_dir)
+    # precision=auto: the re-run must use the policy the run resolved to, whatever this host would pick.
+    project, env = _make_project(tmp_path, image_dir, text_dir, "precision=auto")
     _run([sys.executable, "-m", "dvc", "repro"], project, env)
     run_id = json.loads((project / "run.json").read_text())["run_id"]
     uri = f"sqlite:///{project / 'mlflow.db'}"
     before = reading.load_run(uri, run_id)
     assert len(before["tags"]["weights.sha256"]) == 64
+    resolved = before["tags"]["precision.resolved"]
+    assert before["params"]["precision.policy"] == "auto" and resolved in ("float32", "mixed_bfloat16")
 
     env = {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(project / "src")])}
     check = subprocess.run([sys.executable, "-m", "pipeline.audit", run_id], cwd=project, env=env,
@@ -159,6 +162,7 @@ def test_rerun_of_a_dvc_run_is_reproduced_and_recorded(tmp_path, image_dir, text
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "REPRODUCED", proc.stdout
+    assert f"precision.policy=auto ran as {resolved}: the re-run uses {resolved}" in proc.stdout
     after = reading.load_run(uri, run_id)
     assert after["tags"]["audit.verdict"] == "REPRODUCED" and after["tags"]["audit.time"]
     assert after["metrics"] == before["metrics"]  # the verdict never alters the run's metrics

@@ -47,7 +47,7 @@ def copy_project(project: Path) -> Path:
     return project
 
 
-def _make_project(tmp: Path, image_dir: Path, text_dir: Path) -> tuple[Path, dict]:
+def _make_project(tmp: Path, image_dir: Path, text_dir: Path, *extra: str) -> tuple[Path, dict]:
     project = copy_project(tmp / "project")
     shutil.copytree(image_dir, project / "data" / "raw" / "cifar10")
     shutil.copytree(text_dir, project / "data" / "raw" / "imdb")
@@ -63,7 +63,7 @@ def _make_project(tmp: Path, image_dir: Path, text_dir: Path) -> tuple[Path, dic
     # The tiny config, composed by DVC itself and committed, as a user would after `dvc exp run -S`.
     from dvc.utils.hydra import compose_and_dump
 
-    compose_and_dump(project / "params.yaml", str(project / "conf"), None, "config", str(project), TINY)
+    compose_and_dump(project / "params.yaml", str(project / "conf"), None, "config", str(project), [*TINY, *extra])
     _run([*git, "commit", "-qam", "tiny params"], project, env)
     return project, env
 

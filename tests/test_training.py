@@ -319,3 +319,26 @@ def test_batches_per_pipeline_never_leaves_a_worker_short():
     assert training._batches_per_pipeline(inputs, 2, 4) == 4
     # 4 workers > 3 files: every 4th record -> 5 examples each at least -> 5 // 2
     assert training._batches_per_pipeline(inputs, 4, 8) == 2
+
+
+def test_steps_per_execution_changes_neither_the_result_nor_the_logging_steps(prepared_image, tmp_path):
+    """Several optimizer steps per compiled call: bit-identical weights, the same step metrics at the same
+    steps, checkpoints at the same steps (calls end on every logging and checkpoint step)."""
+    runs = {}
+    for spe in (1, 3):
+        sink = ListSink()
+        cfg = _image_cfg("train.epochs=2", "train.log_every_steps=2", "train.checkpoint_every_steps=4",
+                         "train.max_checkpoints_to_keep=10", f"train.steps_per_execution={spe}",
+                         "train.tensorboard=false")
+        out = tmp_path / f"spe{spe}"
+        result = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out, sink=sink)
+        ckpts = sorted(int(p.name.split("-")[1].split(".")[0]) for p in (out / "checkpoints").glob("ckpt-*.index"))
+        runs[spe] = (result, sink, ckpts)
+    (one, sink1, ckpts1), (three, sink3, ckpts3) = runs[1], runs[3]
+    assert one.steps == three.steps == 2 * IMAGE_STEPS
+    assert three.weights_sha256 == one.weights_sha256
+    steps1 = [s for s, _ in sink1.rows("train_loss")]
+    assert steps1 == [s for s, _ in sink3.rows("train_loss")] == [2, 4, 5, 6, 8, 10]  # every 2nd + epoch tails
+    for (_, a), (_, b) in zip(sink1.rows("train_loss"), sink3.rows("train_loss")):
+        assert a["train_loss"] == b["train_loss"] and a["train_accuracy"] == b["train_accuracy"]
+    assert ckpts1 == ckpts3 == [4, 5, 8, 10]  # every 4th step and every epoch end

@@ -370,6 +370,11 @@ def rerun(run_id: str, root, uri: Optional[str] = None, *, tolerance: float = 0.
             patch.write_text(run["git_diff"], encoding="utf-8")
             _git(wt, "apply", str(patch))
         cfg = _relative_dict(run["config"], root)
+        resolved = run["tags"].get("precision.resolved")
+        if (cfg.get("precision") or {}).get("policy") == "auto" and resolved:
+            # `auto` picks the policy from the host: re-run with the one the original run used.
+            cfg["precision"]["policy"] = resolved
+            log(f"precision.policy=auto ran as {resolved}: the re-run uses {resolved}")
         (wt / "params.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
         raw = root / "data" / "raw"
         if raw.is_dir():  # git-ignored raw data (a DVC stage dependency): hard-linked in

@@ -158,6 +158,7 @@ class TrainConfig:
     log_every_steps: int = 50
     lr_scaling: str = "none"
     grad_accumulation_steps: int = 1
+    steps_per_execution: int = 10  # optimizer steps per compiled call (fewer Python round trips)
     shard_policy: str = "auto"  # how workers split the train split: auto | file | data
     tensorboard: bool = True  # monitoring: TensorBoard summaries (tfpipe.monitoring)
     tensorboard_dir: str = "tensorboard"  # relative to models/<dataset>/ (absolute: as given)
@@ -578,6 +579,7 @@ def validate(cfg: Config) -> None:
     _positive("train.log_every_steps", tr.log_every_steps)
     _choice("train.lr_scaling", tr.lr_scaling, LR_SCALINGS)
     _positive("train.grad_accumulation_steps", tr.grad_accumulation_steps)
+    _positive("train.steps_per_execution", tr.steps_per_execution)
     _choice("train.shard_policy", tr.shard_policy, SHARD_POLICIES)
     if not tr.tensorboard_dir:
         raise ConfigError("train.tensorboard_dir: empty; name the TensorBoard log folder (relative to models/<dataset>)")

@@ -356,9 +356,13 @@ class Trainer:
             self._train_step, self._eval_step = ps_train_step, ps_eval_step
             return
 
-        @tf.function(input_signature=[tuple([train_spec] * self.accumulation)])
-        def train_step(batches):
-            strategy.run(self._replica_train_step, args=tuple(batches))
+        @tf.function
+        def train_step(iterator, num_steps):
+            # `num_steps` optimizer steps in one call, each reading its micro-batches inside the graph
+            # (as Keras' fit does): no per-step Python dispatch nor host-side batch handling.
+            for _ in tf.range(num_steps):
+                batches = tuple(next(iterator) for _ in range(self.accumulation))
+                strategy.run(self._replica_train_step, args=batches)
 
         @tf.function(input_signature=[eval_spec])
         def eval_step(batch):
@@ -369,25 +373,28 @@ class Trainer:
 
     # -- epoch runners (a ClusterCoordinator runner would replace these two)
 
-    def run_train_epoch(self, iterator, num_steps: int, *, on_step: Callable[[int], None]) -> int:
-        """`num_steps` optimizer steps, each on the next N micro-batches of the (distributed) iterator."""
+    def run_train_epoch(self, iterator, num_steps: int, *, on_steps: Callable[[int, int], None],
+                        chunk: Callable[[int], int]) -> int:
+        """`num_steps` optimizer steps, each on the next N micro-batches of the (distributed) iterator, in
+        calls of `chunk(steps done)` steps each; `on_steps(steps done, steps of this call)` after each call."""
         steps = 0
-        for _ in range(num_steps):
+        while steps < num_steps:
+            k = max(min(chunk(steps), num_steps - steps), 1)
             try:
-                batches = tuple([next(iterator) for _ in range(self.accumulation)])
+                self._train_step(iterator, tf.constant(k, tf.int32))
             except (StopIteration, tf.errors.OutOfRangeError):
                 break  # the stream ended early (a split with no full batch)
-            self._train_step(batches)
-            steps += 1
-            on_step(steps)
+            steps += k
+            on_steps(steps, k)
         return steps
 
-    def run_coordinated_epoch(self, per_worker_iterator, num_steps: int, *, on_step: Callable[[int], None]) -> int:
+    def run_coordinated_epoch(self, per_worker_iterator, num_steps: int, *,
+                              on_steps: Callable[[int, int], None]) -> int:
         """parameter_server: schedule `num_steps` steps on the workers (asynchronous), then wait."""
         remote = []
         for i in range(num_steps):
             remote.append(self.coordinator.schedule(self._train_step, args=(per_worker_iterator,)))
-            on_step(i + 1)
+            on_steps(i + 1, 1)
         self.coordinator.join()
         # Metric variables are not shared with the workers: the epoch metrics come from the step results.
         loss_sum, examples, correct = [float(x) for x in sum(r.fetch() for r in remote)] if remote else (0.0, 0.0, 0.0)
@@ -567,6 +574,9 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, stream_fn, out
             return _count(loss_metric)
         return float(steps * global_batch * accumulation)
 
+    # Optimizer steps per compiled call; 1 while profiling, so the trace starts and stops at its exact steps.
+    steps_per_execution = 1 if tc.profile_steps else int(getattr(tc, "steps_per_execution", 1) or 1)
+
     from tfpipe import monitoring
 
     # TensorBoard summaries + profiler (train.tensorboard*, train.profile_steps); writes on the chief only.
@@ -601,10 +611,18 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, stream_fn, out
                     sink.log_metrics(metrics, step)
                 monitor.on_step(step, metrics)
 
-            def on_step(steps_in_epoch: int) -> None:
+            def chunk(steps_in_epoch: int) -> int:
+                """Steps of the next call: up to train.steps_per_execution, ending exactly on every step that
+                logs or checkpoints (so those happen at the same steps whatever the setting)."""
+                k = steps_per_execution
+                for every in (tc.log_every_steps, tc.checkpoint_every_steps):
+                    k = min(k, every - step % every)
+                return k
+
+            def on_steps(steps_in_epoch: int, n: int) -> None:
                 nonlocal step
-                step += 1
-                window["steps"] += 1
+                step += n
+                window["steps"] += n
                 monitor.on_step(step)  # profiler range transitions
                 if step % tc.log_every_steps == 0:
                     flush_window()
@@ -620,9 +638,9 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, stream_fn, out
                     save(epoch, skip + steps_in_epoch)
 
             if trainer.coordinator is not None:
-                ran = trainer.run_coordinated_epoch(per_worker_iterator, steps_per_epoch - skip, on_step=on_step)
+                ran = trainer.run_coordinated_epoch(per_worker_iterator, steps_per_epoch - skip, on_steps=on_steps)
             else:
-                ran = trainer.run_train_epoch(train_iterator, steps_per_epoch - skip, on_step=on_step)
+                ran = trainer.run_train_epoch(train_iterator, steps_per_epoch - skip, on_steps=on_steps, chunk=chunk)
             flush_window()  # the tail of the epoch, so short epochs still report step metrics
             epoch_seconds = time.perf_counter() - t_epoch
             examples = trained_examples(ran, trainer.epoch_loss)
