@@ -162,7 +162,7 @@ def test_rerun_of_a_dvc_run_is_reproduced_and_recorded(tmp_path, image_dir, text
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "REPRODUCED", proc.stdout
-    assert f"precision.policy=auto ran as {resolved}: the re-run uses {resolved}" in proc.stdout
+    assert f"precision.policy=auto ran as {resolved}: the re-run uses {resolved}" in proc.stderr  # progress log
     after = reading.load_run(uri, run_id)
     assert after["tags"]["audit.verdict"] == "REPRODUCED" and after["tags"]["audit.time"]
     assert after["metrics"] == before["metrics"]  # the verdict never alters the run's metrics
