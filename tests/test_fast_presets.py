@@ -102,7 +102,7 @@ def test_onecycle_schedule_rises_linearly_then_falls_to_zero():
     assert float(s(100)) == pytest.approx(0.0, abs=1e-9) and float(s(400)) == pytest.approx(0.0, abs=1e-9)
     cfg = _cfg("experiment=cifar10_fast")
     sched = training.make_lr_schedule(cfg.train, steps_per_epoch=10)
-    assert sched.decay == "onecycle" and sched.warmup_steps == 20 and sched.total_steps == 90
+    assert sched.decay == "onecycle" and sched.warmup_steps == 30 and sched.total_steps == 150
 
 
 def test_precision_auto_follows_the_cpu_flags(tmp_path):
