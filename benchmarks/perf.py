@@ -8,8 +8,9 @@ pipeline headroom, prepare throughput, no-op `dvc repro`.
     python benchmarks/perf.py prepare                                  # 5. prepare from the directory source
     python benchmarks/perf.py dvc        [--repeats 5]                 # 6. no-op dvc repro
 
-1-4 read the real prepared data of this project: `data/prepared/cifar10` and `data/prepared/imdb-100k`
-(`python -m pipeline.prepare data.source=directory [experiment=imdb_fast]`, see the README) and, for 2 and 3,
+1-4 read the real prepared data of this project: `data/prepared/cifar10`, `data/prepared/imdb` and
+`data/prepared/imdb-fast` (`python -m pipeline.prepare data.source=directory [dataset=imdb | experiment=imdb_fast]`,
+see the README) and, for 2 and 3,
 a 12,000-image subset: `python -m pipeline.prepare data.source=directory data.max_examples_per_split=12000
 data.output_dir=data/prepared/cifar10-12k data.examples_per_shard=4000`. 5 reads `data/raw/<dataset>`.
 Every measured configuration runs in a fresh process (TF op determinism and the precision policy are
@@ -34,7 +35,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PREPARED = {"cifar10": ROOT / "data" / "prepared" / "cifar10", "imdb": ROOT / "data" / "prepared" / "imdb-100k",
+PREPARED = {"cifar10": ROOT / "data" / "prepared" / "cifar10", "imdb": ROOT / "data" / "prepared" / "imdb-fast",
+            "imdb-seeds": ROOT / "data" / "prepared" / "imdb",  # the default imdb config's 20k vocabulary
             # 12,000 CIFAR-10 images per split: whole epochs in seconds, so the tf.data cache completes in the
             # first epoch and the timed second one reads from memory as real training does
             "cifar10-12k": ROOT / "data" / "prepared" / "cifar10-12k"}
@@ -152,7 +154,8 @@ def _w_input(dataset: str, batch: int) -> dict:
         cfg = _compose("experiment=imdb_fast")
     ds = data.make_dataset(PREPARED[dataset], "train", batch_size=batch, training=True, seed=0)
     if dataset == "imdb":
-        vec = models.make_text_vectorizer(data.read_vocab(PREPARED[dataset]), cfg.dataset.sequence_length)
+        vec = models.make_text_vectorizer(data.read_vocab(PREPARED[dataset]), cfg.dataset.sequence_length,
+                                          cfg.dataset.standardize)
         ds = ds.map(lambda x, y: (vec(x), y), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
     rates = []
     for _ in range(2):
@@ -196,18 +199,19 @@ def bench_keras(args) -> None:
     # while the Keras recipe's repeated dataset keeps it; that would not compare the train steps.
     configs = [
         ("plain Keras (tf.data cache/shuffle/batch + model.fit)", "keras", ["cifar10", "0", "64"]),
-        ("tfpipe train stage loop, default config", "pipeline", ["cifar10", "0"]),
-        ("tfpipe train stage loop, train.steps_per_execution=1", "pipeline", ["cifar10", "0", "train.steps_per_execution=1"]),
-        ("tfpipe train stage loop, train.steps_per_execution=10", "pipeline",
-         ["cifar10", "0", "train.steps_per_execution=10"]),
+        # Same model, batch 64, float32 and optimizer (Adam) on both sides: this times the loops.
+        ("tfpipe train stage loop, default config (steps_per_execution=10)", "pipeline",
+         ["cifar10", "0", "precision=float32"]),
+        ("tfpipe train stage loop, train.steps_per_execution=1", "pipeline",
+         ["cifar10", "0", "precision=float32", "train.steps_per_execution=1"]),
     ]
     res = _side_by_side(configs, args.repeats)
     _table([(label, _median(res[label])) for label, _, _ in configs], configs[0][0])
 
 
 def bench_tracking(args) -> None:
-    configs = [("MLflow off (training.train, no sink)", "pipeline", ["cifar10-12k", "0"]),
-               ("MLflow on (the train stage, stages.run_train)", "stage", ["cifar10-12k", "0"])]
+    configs = [("MLflow off (training.train, no sink)", "pipeline", ["cifar10-12k", "0", "precision=float32"]),
+               ("MLflow on (the train stage, stages.run_train)", "stage", ["cifar10-12k", "0", "precision=float32"])]
     res = _side_by_side(configs, args.repeats)
     _table([(label, _median(res[label])) for label, _, _ in configs], configs[0][0])
     on = res[configs[1][0]]
@@ -222,11 +226,14 @@ def bench_precision(args) -> None:
                 ["cifar10-12k", "0", "experiment=cifar10_fast", "train.lr_schedule.warmup_epochs=1", "precision=float32"]),
                ("resnet (cifar10_fast) mixed_bfloat16", "pipeline",
                 ["cifar10-12k", "0", "experiment=cifar10_fast", "train.lr_schedule.warmup_epochs=1",
-                 "precision=mixed_bfloat16"])]
+                 "precision=mixed_bfloat16"]),
+               ("embedding_gap (imdb) float32", "pipeline", ["imdb-seeds", "0", "precision=float32"]),
+               ("embedding_gap (imdb) mixed_bfloat16", "pipeline",
+                ["imdb-seeds", "0", "precision=mixed_bfloat16"])]
     res = _side_by_side(configs, args.repeats)
     rows = [(label, _median(res[label])) for label, _, _ in configs]
     print("\n| model | float32 examples/s | mixed_bfloat16 examples/s | speed-up |\n|---|---|---|---|")
-    for i in (0, 2):
+    for i in (0, 2, 4):
         f32, bf16 = rows[i][1], rows[i + 1][1]
         print(f"| {rows[i][0].split(' float32')[0]} | {f32:,.0f} | {bf16:,.0f} | {bf16 / f32:.2f}x |")
 
@@ -234,7 +241,7 @@ def bench_precision(args) -> None:
 def bench_input(args) -> None:
     configs = [("cifar10 input, batch 64", "input", ["cifar10", "64"]),
                ("cifar10 input, batch 512", "input", ["cifar10", "512"]),
-               ("imdb input + vectorizer (seq 1000), batch 256", "input", ["imdb", "256"])]
+               ("imdb input + vectorizer (imdb_fast: seq 1500, split_punctuation), batch 256", "input", ["imdb", "256"])]
     res = _side_by_side(configs, args.repeats)
     print("\n| input pipeline | first pass (fills cache) | examples/s (median, cached) |\n|---|---|---|")
     for label, _, _ in configs:

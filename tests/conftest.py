@@ -16,6 +16,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 TINY_VOCAB = ["film", "great", "awful", "the", "boring"]  # a text model's vocabulary for model-level tests
 
 
+def default_policy() -> str:
+    """The policy the default config (precision=auto) trains in on this host (tagged precision.resolved)."""
+    from tfpipe.precision import resolve_policy
+
+    return resolve_policy("auto")
+
+
 @pytest.fixture
 def restore_float32_policy():
     """Tests that set a Keras mixed-precision policy leave the global policy at float32."""

@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 import yaml
 
+from conftest import default_policy  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT_FILES = ["conf", "pipeline", "src", "dvc.yaml", "params.yaml", "MLproject", "python_env.yaml",
                  "requirements.lock", "pyproject.toml", ".gitignore", ".dvcignore", ".dvc/config", "data/raw/.gitignore"]
@@ -88,7 +90,7 @@ def test_dvc_repro_produces_a_complete_mlflow_run(repro_project):
     client = _client(project)
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
-    assert run.info.run_name == "cifar10-cnn-one_device-float32"
+    assert run.info.run_name == f"cifar10-cnn-one_device-{default_policy()}"
 
     params = run.data.params
     assert params["dataset.name"] == "cifar10"
@@ -102,7 +104,8 @@ def test_dvc_repro_produces_a_complete_mlflow_run(repro_project):
     assert len(client.get_metric_history(run_id, "train_loss")) >= 2  # step metrics, not just a final value
 
     tags = run.data.tags
-    assert tags["dataset"] == "cifar10" and tags["strategy"] == "one_device" and tags["precision"] == "float32"
+    assert tags["dataset"] == "cifar10" and tags["strategy"] == "one_device" and tags["precision"] == "auto"
+    assert tags["precision.resolved"] == default_policy()
     assert tags["git.commit"] == _run(["git", "rev-parse", "HEAD"], project, env).strip()
     assert tags["data.manifest_digest"]
     assert any(k.startswith("dvc.lock.") for k in tags), sorted(tags)

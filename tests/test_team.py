@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from test_pipeline_e2e import ROOT, TINY, _make_project, _run
+from conftest import default_policy  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -246,7 +247,7 @@ def test_pipeline_run_is_complete_on_the_team_server(tracking_server, server_pro
     client = _server_client(tracking_server, monkeypatch)
     run = client.get_run(info["run_id"])
     assert run.info.status == "FINISHED"
-    assert run.info.run_name == "cifar10-cnn-one_device-float32"
+    assert run.info.run_name == f"cifar10-cnn-one_device-{default_policy()}"
     assert run.data.params["dataset.name"] == "cifar10"
     assert run.data.tags["tfpipe.stage.train"] == run.data.tags["tfpipe.stage.evaluate"] == "FINISHED"
     for key in ("train_loss", "val_accuracy", "test_accuracy", "test_loss"):

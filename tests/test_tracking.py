@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tfpipe.errors import TrackingError
+from conftest import default_policy  # noqa: E402
 
 MLFLOW_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME")
 
@@ -111,13 +112,13 @@ def test_start_run_names_run_writes_run_file_and_uses_project_artifacts(cfg, pro
 
     info = json.loads((project / "run.json").read_text())
     assert set(info) == {"run_id", "experiment_id", "tracking_uri", "run_name"}
-    assert info["run_name"] == "cifar10-cnn-one_device-float32" == run.run_name
+    assert info["run_name"] == f"cifar10-cnn-one_device-{default_policy()}" == run.run_name
     assert info["tracking_uri"] == f"sqlite:///{project.resolve()}/mlflow.db"
     assert not list(project.glob(".run.json*"))  # atomic write left no temp file
 
     client = _client(project)
     got = client.get_run(info["run_id"])
-    assert got.info.run_name == "cifar10-cnn-one_device-float32"
+    assert got.info.run_name == f"cifar10-cnn-one_device-{default_policy()}"
     assert got.info.status == "FINISHED"
     assert got.data.tags["tfpipe.stage.train"] == "FINISHED"
     experiment = client.get_experiment(info["experiment_id"])
@@ -171,7 +172,7 @@ def test_mlflow_run_id_from_env_is_attached_and_kept(cfg, project, monkeypatch):
     with tracking.resume_run(cfg, project, stage="evaluate") as again:
         assert again.run_id == created.info.run_id
     got = client.get_run(created.info.run_id)
-    assert got.info.run_name == "cifar10-cnn-one_device-float32"
+    assert got.info.run_name == f"cifar10-cnn-one_device-{default_policy()}"
     assert got.info.status == "FINISHED"
     assert client.get_experiment_by_name("tfpipe") is None  # nothing was created in the configured experiment
 
@@ -283,7 +284,8 @@ def test_run_tags_cover_config_strategy_data_git_dvc_and_versions(cfg, project):
     strategy = {"name": "OneDeviceStrategy", "num_replicas_in_sync": 1, "devices": ["/cpu:0"], "worker_count": 1}
     tags = tracking.run_tags(cfg, strategy, "d" * 64, provenance)
     expected = {
-        "dataset": "cifar10", "model": "cnn", "strategy": "one_device", "precision": "float32", "replicas": "1",
+        "dataset": "cifar10", "model": "cnn", "strategy": "one_device", "precision": "auto",
+        "precision.resolved": default_policy(), "replicas": "1",
         "device": "/cpu:0", "data.manifest_digest": "d" * 64, "git.commit": "a" * 40, "git.dirty": "true",
         "mlflow.source.git.commit": "a" * 40, "dvc.lock.prepare": "1" * 64, "dvc.lock.train": "2" * 64,
         "python_version": "3.11.7", "tf_version": "2.21.0", "keras_version": "3.15.1", "mlflow_version": "3.17.2",

@@ -14,6 +14,7 @@ import tensorflow as tf
 from tfpipe import config, training
 from tfpipe.config import PRECISIONS
 from tfpipe.errors import DataError, UserError
+from conftest import default_policy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_CNN = ("model.filters=[8,8]", "model.dense_units=16")
@@ -93,7 +94,7 @@ def test_result_describes_the_run(image_run, prepared_image):
     assert result.global_batch_size == IMAGE_BATCH
     assert result.steps == 3 * IMAGE_STEPS
     assert result.strategy["name"] == "OneDeviceStrategy" and result.strategy["num_replicas_in_sync"] == 1
-    assert result.precision == "float32" and result.epochs_run == 3 and not result.resumed
+    assert result.precision == default_policy() and result.epochs_run == 3 and not result.resumed
     from tfpipe import models
 
     assert result.num_params == models.build_model(cfg, 3).count_params()

@@ -5,16 +5,20 @@ strategy, the input pipelines (`tfpipe.data.make_dataset` through
 `strategy.distribute_datasets_from_function`), the model and optimizer under `strategy.scope()`,
 then runs `Trainer`: a train step and an eval step, each a `tf.function` built once around
 `strategy.run`, with the loss averaged over the GLOBAL batch (`tf.nn.compute_average_loss`), so
-gradients summed across replicas by the optimizer are correct under any number of replicas.
+gradients summed across replicas by the optimizer are correct under any number of replicas. The
+train function runs `train.steps_per_execution` steps per call, reading the batches inside the graph;
+calls end on every logging and checkpoint step, so the setting changes neither results nor logs.
+Parameters a model counts from the train split (`nbsvm`'s ratios) are set before training starts.
 Metrics are Keras metrics created under the scope (sync-on-read sums) and are only pulled to
 Python every `log_every_steps` steps and at epoch ends.
 
 Checkpoints (`tf.train.Checkpoint` of model, optimizer, step, epoch, step-in-epoch) are written
 every `checkpoint_every_steps` steps and at every epoch end; a later call with the same
 `output_dir` resumes from the latest one: finished epochs are not rerun, and a run interrupted
-mid-epoch skips the batches of that epoch it had already trained on (the shuffle order of the
-resumed epoch is a fresh one, so an interrupted run is close to, not bit-identical with, an
-uninterrupted one). Epoch history is kept in `checkpoints/history.json` so it survives resumes.
+mid-epoch skips the batches of that epoch it had already trained on. Epoch e is shuffled with the
+seed pair (seed, e) (`data.make_train_stream`) and the checkpoint holds the RNG state of dropout and
+augmentation, so with op determinism a resumed run is bit-identical with an uninterrupted one.
+Epoch history is kept in `checkpoints/history.json` so it survives resumes.
 
 Training never imports mlflow: metrics go to an optional `MetricsSink`.
 

@@ -99,11 +99,9 @@ class MaskedMean(layers.Layer):
         return (embeddings_shape[0], embeddings_shape[2])
 
 
-def build_ngram_bag(cfg, num_classes: int, vocab_size: int) -> keras.Model:
-    """A fastText-style classifier (Joulin et al. 2016): the mean embedding of the review's unigrams
-    and hashed n-grams up to model.ngrams (model.hash_buckets ids), dropout, the classifier head
-    (model.dense_units=0: linear) and a float32 softmax. Takes the same int token ids as
-    embedding_gap, so the input pipeline and the raw-string serving signature are unchanged."""
+def _ngram_input(cfg, vocab_size: int):
+    """(token input [sequence_length], ids of its unigrams and hashed n-grams up to model.ngrams, table size):
+    the input side shared by ngram_bag and nbsvm."""
     if not vocab_size or vocab_size <= 0:
         raise ValueError(f"vocab_size={vocab_size!r}: the text model needs the vocabulary size (tokens in vocab.txt)")
     base = vocab_size + NUM_SPECIAL_TOKENS
@@ -111,7 +109,16 @@ def build_ngram_bag(cfg, num_classes: int, vocab_size: int) -> keras.Model:
     buckets = int(cfg.model.hash_buckets or 0) if ngrams > 1 else 0
     inputs = keras.Input(shape=(cfg.dataset.sequence_length,), dtype="int64", name="tokens")
     ids = HashedNgrams(base, ngrams, buckets, name="ngrams")(inputs) if ngrams > 1 else inputs
-    x = layers.Embedding(base + buckets, cfg.model.embedding_dim, name="embedding")(ids)
+    return inputs, ids, base + buckets
+
+
+def build_ngram_bag(cfg, num_classes: int, vocab_size: int) -> keras.Model:
+    """A fastText-style classifier (Joulin et al. 2016): the mean embedding of the review's unigrams
+    and hashed n-grams up to model.ngrams (model.hash_buckets ids), dropout, the classifier head
+    (model.dense_units=0: linear) and a float32 softmax. Takes the same int token ids as
+    embedding_gap, so the input pipeline and the raw-string serving signature are unchanged."""
+    inputs, ids, table_size = _ngram_input(cfg, vocab_size)
+    x = layers.Embedding(table_size, cfg.model.embedding_dim, name="embedding")(ids)
     x = MaskedMean(name="pool")(x, ids)
     outputs = classifier_head(x, cfg.model, num_classes)
     return keras.Model(inputs, outputs, name="ngram_bag")
@@ -168,17 +175,11 @@ def build_nbsvm(cfg, num_classes: int, vocab_size: int) -> keras.Model:
     with a trained weight w (Embedding [features, 1]) scaling its fixed naive Bayes log-count ratios r
     (Embedding [features, classes], not trainable, set from the train split by `fit_nb_ratios` before
     training), summed into logits and a float32 softmax. Same int token input as the other text models."""
-    if not vocab_size or vocab_size <= 0:
-        raise ValueError(f"vocab_size={vocab_size!r}: the text model needs the vocabulary size (tokens in vocab.txt)")
-    base = vocab_size + NUM_SPECIAL_TOKENS
-    ngrams = int(cfg.model.ngrams or 1)
-    buckets = int(cfg.model.hash_buckets or 0) if ngrams > 1 else 0
-    inputs = keras.Input(shape=(cfg.dataset.sequence_length,), dtype="int64", name="tokens")
-    ids = HashedNgrams(base, ngrams, buckets, name="ngrams")(inputs) if ngrams > 1 else inputs
+    inputs, ids, table_size = _ngram_input(cfg, vocab_size)
     ids = DistinctIds(name="distinct")(ids)
-    w = layers.Embedding(base + buckets, 1, embeddings_initializer=keras.initializers.RandomUniform(-0.1, 0.1),
+    w = layers.Embedding(table_size, 1, embeddings_initializer=keras.initializers.RandomUniform(-0.1, 0.1),
                          dtype="float32", name="weights")(ids)
-    r = layers.Embedding(base + buckets, num_classes, embeddings_initializer="zeros", trainable=False,
+    r = layers.Embedding(table_size, num_classes, embeddings_initializer="zeros", trainable=False,
                          dtype="float32", name="nb_ratios")(ids)
     logits = NBLogits(dtype="float32", name="logits")(w, r, ids)
     outputs = layers.Activation("softmax", dtype="float32", name="probabilities")(logits)
