@@ -184,7 +184,7 @@ BAD_PARAMS = [
     ("section not a mapping", GOOD_PARAMS + "tracking: 5\n", ["tracking", "expected a mapping", "5"]),
     ("unknown nested key", GOOD_PARAMS.replace("  name: adam", "  name: adam\n    betas: 2", 1),
      ["train.optimizer.betas=2", "unknown config key", "allowed keys under 'train.optimizer'"]),
-    ("bad value", GOOD_PARAMS.replace("policy: float32", "policy: float64", 1),
+    ("bad value", GOOD_PARAMS.replace("policy: auto", "policy: float64", 1),
      ["precision.policy='float64'", "did you mean 'float32'", "allowed: float32, mixed_bfloat16, mixed_float16, auto"]),
 ]
 

@@ -282,7 +282,8 @@ def test_sink_protocol_is_structural():
 
 def _one_sgd_step(prepared_image, out, *overrides):
     cfg = _cfg("model.filters=[4]", "model.dense_units=8", "train.epochs=1", "train.optimizer.name=sgd",
-               "train.optimizer.momentum=0.0", "train.optimizer.learning_rate=0.5", *overrides)
+               "train.optimizer.momentum=0.0", "train.optimizer.learning_rate=0.5",
+               "precision=float32", *overrides)  # float32: the sums must agree to 2e-5
     result = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out)
     images, _ = _test_images(prepared_image.prepared_dir)
     return result, _serve(result.saved_model_dir, image=images)
