@@ -233,8 +233,10 @@ def _read_inputs(cfg, manifest: dict, prepared_dir: Path) -> _Inputs:
             raise DataError(f"{prepared_dir}: empty vocabulary; run prepare again")
         inputs.sequence_length = int(cfg.dataset.sequence_length)
         # Manifests written before dataset.standardize existed used Keras' default (strip_punctuation).
-        inputs.standardize = manifest.get("standardize") or "strip_punctuation"
-        wanted = getattr(cfg.dataset, "standardize", None) or "strip_punctuation"
+        from tfpipe import textnorm
+
+        inputs.standardize = manifest.get("standardize") or textnorm.DEFAULT
+        wanted = getattr(cfg.dataset, "standardize", None) or textnorm.DEFAULT
         if inputs.standardize != wanted:
             raise DataError(
                 f"{prepared_dir}: vocabulary was built with dataset.standardize={inputs.standardize!r} but the "

@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tfpipe import textnorm
 from tfpipe.data.manifest import load_manifest
 from tfpipe.errors import DataError
 
 ADAPT_BATCH = 1024
 
 
-def build_vocab(shard_paths: list, output: Path, max_tokens: int, standardize: str = "strip_punctuation") -> int:
-    """Adapt `keras.layers.TextVectorization(max_tokens)` (text standardised as `standardize`, see tfpipe.textnorm) over the texts in `shard_paths` (streamed, batched)
+def build_vocab(shard_paths: list, output: Path, max_tokens: int, standardize: str = textnorm.DEFAULT) -> int:
+    """Adapt `keras.layers.TextVectorization(max_tokens)` (text standardised as `standardize`, see
+    tfpipe.textnorm) over the texts in `shard_paths` (streamed, batched)
     and write its vocabulary without special tokens, one per line. Returns the number of tokens written."""
     import keras
     import tensorflow as tf
@@ -24,9 +26,7 @@ def build_vocab(shard_paths: list, output: Path, max_tokens: int, standardize: s
         .map(lambda s: tf.io.parse_example(s, description)["text"], num_parallel_calls=tf.data.AUTOTUNE)
         .prefetch(tf.data.AUTOTUNE)
     )
-    from tfpipe.textnorm import standardizer
-
-    layer = keras.layers.TextVectorization(max_tokens=int(max_tokens), standardize=standardizer(standardize))
+    layer = keras.layers.TextVectorization(max_tokens=int(max_tokens), standardize=textnorm.standardizer(standardize))
     layer.adapt(texts)
     tokens = layer.get_vocabulary(include_special_tokens=False)
     # A token never holds "\n" after whitespace splitting, so one line per token is unambiguous.

@@ -8,21 +8,20 @@ from typing import Sequence
 import keras
 from keras import layers
 
+from tfpipe import textnorm
 from tfpipe.models.head import classifier_head
 
 NUM_SPECIAL_TOKENS = 2  # padding '' and OOV '[UNK]', prepended by TextVectorization
 
 
 def make_text_vectorizer(vocab_tokens: Sequence[str], sequence_length: int,
-                         standardize: str = "strip_punctuation") -> layers.TextVectorization:
+                         standardize: str = textnorm.DEFAULT) -> layers.TextVectorization:
     """TextVectorization over vocab.txt's tokens (no special tokens in the file; the layer adds
     '' and '[UNK]', so its vocabulary size is len(vocab_tokens) + 2). `standardize` (tfpipe.textnorm)
     and whitespace split, as the manifest says the vocabulary was built."""
-    from tfpipe.textnorm import standardizer
-
     return layers.TextVectorization(
         vocabulary=list(vocab_tokens),
-        standardize=standardizer(standardize),
+        standardize=textnorm.standardizer(standardize),
         output_mode="int",
         output_sequence_length=int(sequence_length),
         dtype="string",
