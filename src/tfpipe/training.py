@@ -380,12 +380,12 @@ class Trainer:
     # -- epoch runners (a ClusterCoordinator runner would replace these two)
 
     def run_train_epoch(self, iterator, num_steps: int, *, on_steps: Callable[[int, int], None],
-                        chunk: Callable[[int], int]) -> int:
+                        chunk: Callable[[], int]) -> int:
         """`num_steps` optimizer steps, each on the next N micro-batches of the (distributed) iterator, in
-        calls of `chunk(steps done)` steps each; `on_steps(steps done, steps of this call)` after each call."""
+        calls of up to `chunk()` steps each; `on_steps(steps done, steps of this call)` after each call."""
         steps = 0
         while steps < num_steps:
-            k = max(min(chunk(steps), num_steps - steps), 1)
+            k = max(min(chunk(), num_steps - steps), 1)
             try:
                 self._train_step(iterator, tf.constant(k, tf.int32))
             except (StopIteration, tf.errors.OutOfRangeError):
@@ -617,7 +617,7 @@ def _run(cfg, strategy, inputs: _Inputs, policy: str, dataset_fn, stream_fn, out
                     sink.log_metrics(metrics, step)
                 monitor.on_step(step, metrics)
 
-            def chunk(steps_in_epoch: int) -> int:
+            def chunk() -> int:
                 """Steps of the next call: up to train.steps_per_execution, ending exactly on every step that
                 logs or checkpoints (so those happen at the same steps whatever the setting)."""
                 k = steps_per_execution
