@@ -120,24 +120,21 @@ def test_mixed_float16_logs_the_loss_scale_and_histograms_can_be_off(prepared_im
 
 def test_switched_off_or_non_chief_writes_nothing(tmp_path):
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    for monitor in (
-        monitoring.Monitor(tmp_path / "off", tensorboard=False),
-        monitoring.Monitor(tmp_path / "worker", chief=False, profile_steps=(1, 2)),
-    ):
-        monitor.on_train_begin(model, step=0)
-        monitor.on_step(1, {"train_loss": 1.0})
-        monitor.on_step(2)
-        monitor.on_epoch_end(0, {"epoch_train_loss": 1.0, "val_loss": 1.0}, model)
-        monitor.on_train_end()
+    off = monitoring.build_hooks(tmp_path / "off", model=model, tensorboard=False)
+    worker = monitoring.build_hooks(tmp_path / "worker", model=model, chief=False, profile_steps=(1, 2))
+    assert off == [] and worker == []
+    assert [type(h).__name__ for h in monitoring.build_hooks(tmp_path / "on", profile_steps=(1, 2))] == [
+        "TensorBoardHook", "ProfilerHook"]
     assert not (tmp_path / "off").exists() and not (tmp_path / "worker").exists()
 
 
 def test_device_placement_logging_is_switched_on_for_the_run_only(tmp_path):
     from tensorflow.python.eager import context
 
-    monitor = monitoring.Monitor(tmp_path, tensorboard=False, log_device_placement=True)
+    hooks = monitoring.build_hooks(tmp_path, tensorboard=False, log_device_placement=True)
     assert context.context().log_device_placement is True
-    monitor.on_train_end()
+    for hook in hooks:
+        hook.on_train_end()
     assert context.context().log_device_placement is False
 
 

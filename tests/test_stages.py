@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tfpipe import stages
+from tfpipe import workdir
+from tfpipe.workdir import WorkDir
 
 
 def _checkpoints(out, fingerprint):
@@ -16,27 +17,37 @@ def _checkpoints(out, fingerprint):
 def test_interrupted_run_of_the_same_config_is_resumed(tmp_path):
     out = tmp_path / "models" / "cifar10"
     _checkpoints(out, "abc")
-    stages._clear_unless_resumable(out, "abc")
+    assert WorkDir(out).prepare("abc") is None  # no run id recorded
     assert (out / "checkpoints" / "ckpt-1.index").is_file()
 
 
 def test_checkpoints_of_another_config_are_removed(tmp_path):
     out = tmp_path / "models" / "cifar10"
     _checkpoints(out, "abc")
-    stages._clear_unless_resumable(out, "def")
-    assert not out.exists()
+    WorkDir(out).prepare("def")
+    assert out.is_dir() and not any(out.iterdir())  # contents cleared, the folder kept (a mount or symlink)
 
 
 def test_a_finished_run_is_never_resumed(tmp_path):
     out = tmp_path / "models" / "cifar10"
     _checkpoints(out, "abc")
-    (out / stages.TRAINING_STATE).write_text(json.dumps({"fingerprint": "abc", "complete": True}))
-    stages._clear_unless_resumable(out, "abc")
-    assert not out.exists()
+    (out / workdir.TRAINING_STATE).write_text(json.dumps({"fingerprint": "abc", "complete": True}))
+    WorkDir(out).prepare("abc")
+    assert out.is_dir() and not any(out.iterdir())
 
 
 def test_fingerprint_ignores_tracking_but_not_training_settings(make_config):
-    base = stages._training_fingerprint(make_config(), "digest")
-    assert stages._training_fingerprint(make_config("tracking.experiment_name=other"), "digest") == base
-    assert stages._training_fingerprint(make_config("train.epochs=7"), "digest") != base
-    assert stages._training_fingerprint(make_config(), "other-digest") != base
+    base = workdir.fingerprint(make_config(), "digest")
+    assert workdir.fingerprint(make_config("tracking.experiment_name=other"), "digest") == base
+    assert workdir.fingerprint(make_config("train.epochs=7"), "digest") != base
+    assert workdir.fingerprint(make_config(), "other-digest") != base
+
+
+def test_a_symlinked_work_dir_is_cleared_not_removed(tmp_path):
+    real = tmp_path / "bigger-disk" / "cifar10"
+    _checkpoints(real, "abc")
+    out = tmp_path / "models" / "cifar10"
+    out.parent.mkdir()
+    out.symlink_to(real, target_is_directory=True)
+    WorkDir(out).prepare("def")  # shutil.rmtree would refuse a symlink
+    assert out.is_symlink() and real.is_dir() and not any(real.iterdir())

@@ -314,13 +314,13 @@ def test_linear_lr_scaling_multiplies_the_peak_by_the_replicas(make_config):
 
 
 def test_batches_per_pipeline_never_leaves_a_worker_short():
-    inputs = training._Inputs(modality="image", num_classes=3, class_names=list("abc"), num_train_examples=21,
+    inputs = training.InputSpec(modality="image", num_classes=3, class_names=list("abc"), num_train_examples=21,
                               train_shard_sizes=[8, 8, 5])
-    assert training._batches_per_pipeline(inputs, 1, 4) == 5
+    assert training.batches_per_pipeline(inputs, 1, 4) == 5
     # 2 workers, whole files: {8+5, 8} examples, 2 per worker per step -> the 8-example worker has 4 steps
-    assert training._batches_per_pipeline(inputs, 2, 4) == 4
+    assert training.batches_per_pipeline(inputs, 2, 4) == 4
     # 4 workers > 3 files: every 4th record -> 5 examples each at least -> 5 // 2
-    assert training._batches_per_pipeline(inputs, 4, 8) == 2
+    assert training.batches_per_pipeline(inputs, 4, 8) == 2
 
 
 def test_steps_per_execution_changes_neither_the_result_nor_the_logging_steps(prepared_image, tmp_path):

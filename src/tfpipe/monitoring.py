@@ -1,16 +1,12 @@
 """TensorBoard summaries and the TensorBoard profiler for the custom training loop.
 
-`Monitor` is a small object the loop in `tfpipe.training` calls at fixed points:
-
-    monitor = Monitor.from_config(cfg.train, output_dir, chief=chief)
-    monitor.on_train_begin(model, step=step, optimizer=optimizer)  # graph; profiler if the range starts now
-    monitor.on_step(step)                                          # after every optimizer step (profiler)
-    monitor.on_step(step, metrics)                                 # with the step metrics the loop pulled anyway
-    monitor.on_epoch_end(epoch, metrics, model)                    # epoch scalars, weight histograms
-    monitor.on_train_end()                                         # stops the profiler, closes the writers
+Three hooks of the training loop (`tfpipe.hooks.Hook`), built by `build_hooks` / `hooks_from_config`:
+`TensorBoardHook` (model graph at the start, step scalars at every log step, epoch scalars and weight
+histograms at epoch ends), `ProfilerHook` (traces `train.profile_steps`, with a step marker per step) and
+`DevicePlacementHook` (`tf.debugging.set_log_device_placement` for the run only).
 
 Layout of the log directory (`train.tensorboard_dir`, relative to the train stage's output
-`models/<dataset>/`, so DVC tracks it and `_clear_unless_resumable` gives one directory per run):
+`models/<dataset>/`, so DVC tracks it and `tfpipe.workdir` gives one directory per run):
 
     tensorboard/train/       step scalars (step_loss, step_accuracy, learning_rate, examples_per_sec,
                              loss_scale under mixed_float16), epoch scalars (epoch_loss,
@@ -28,7 +24,9 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from tfpipe.hooks import Hook
 
 log = logging.getLogger(__name__)
 
@@ -76,103 +74,87 @@ def parse_profile_steps(value: Optional[str], key: str = "train.profile_steps") 
 def log_dir_for(train_cfg, output_dir) -> Path:
     """Where the train stage writes TensorBoard logs: train.tensorboard_dir under output_dir (absolute
     paths are used as given)."""
-    return Path(output_dir) / getattr(train_cfg, "tensorboard_dir", "tensorboard")
+    return Path(output_dir) / train_cfg.tensorboard_dir
 
 
-class Monitor:
-    """TensorBoard writer + profiler control; every method is a no-op for what is switched off."""
+def build_hooks(log_dir, *, model=None, optimizer=None, tensorboard: bool = True, chief: bool = True,
+                histogram_every_epochs: int = 1, profile_steps: Optional[Tuple[int, int]] = None,
+                log_device_placement: bool = False) -> List[Hook]:
+    """The monitoring hooks for what is switched on; summaries and traces are written by the chief only."""
+    hooks: List[Hook] = []
+    if log_device_placement:
+        hooks.append(DevicePlacementHook())
+    if tensorboard and chief:
+        hooks.append(TensorBoardHook(log_dir, model, optimizer, histogram_every_epochs))
+    if profile_steps and chief:
+        hooks.append(ProfilerHook(log_dir, profile_steps))
+    return hooks
 
-    def __init__(self, log_dir, *, tensorboard: bool = True, chief: bool = True, histogram_every_epochs: int = 1,
-                 profile_steps: Optional[Tuple[int, int]] = None, log_device_placement: bool = False):
+
+def hooks_from_config(train_cfg, output_dir, *, chief: bool, model, optimizer) -> List[Hook]:
+    return build_hooks(
+        log_dir_for(train_cfg, output_dir),
+        model=model,
+        optimizer=optimizer,
+        tensorboard=train_cfg.tensorboard,
+        chief=chief,
+        histogram_every_epochs=train_cfg.histogram_every_epochs,
+        profile_steps=parse_profile_steps(train_cfg.profile_steps),
+        log_device_placement=train_cfg.log_device_placement,
+    )
+
+
+class DevicePlacementHook(Hook):
+    """Logs every op's device while training; switched back off at the end."""
+
+    def __init__(self):
+        import tensorflow as tf
+
+        tf.debugging.set_log_device_placement(True)
+
+    def on_train_end(self) -> None:
+        import tensorflow as tf
+
+        tf.debugging.set_log_device_placement(False)
+
+
+class TensorBoardHook(Hook):
+    def __init__(self, log_dir, model=None, optimizer=None, histogram_every_epochs: int = 1):
         self.log_dir = Path(log_dir)
-        self.chief = chief
-        self.summaries = bool(tensorboard and chief)
+        self.model = model
+        self.optimizer = optimizer
         self.histogram_every_epochs = int(histogram_every_epochs)
-        self.profile_steps = profile_steps if chief else None
         self._writers: Dict[str, object] = {}
-        self._optimizer = None
-        self._profiling = False
-        self._profiled = False
-        self._trace = None
-        self._last_step: Optional[int] = None
-        self._placement_set = False
-        if log_device_placement:
-            import tensorflow as tf
 
-            tf.debugging.set_log_device_placement(True)
-            self._placement_set = True
+    def on_train_begin(self, step: int) -> None:
+        if self.model is not None:
+            self._write_graph(self.model)
 
-    @classmethod
-    def from_config(cls, train_cfg, output_dir, *, chief: bool = True) -> "Monitor":
-        return cls(
-            log_dir_for(train_cfg, output_dir),
-            tensorboard=getattr(train_cfg, "tensorboard", True),
-            chief=chief,
-            histogram_every_epochs=getattr(train_cfg, "histogram_every_epochs", 1),
-            profile_steps=parse_profile_steps(getattr(train_cfg, "profile_steps", None)),
-            log_device_placement=getattr(train_cfg, "log_device_placement", False),
-        )
+    def on_log(self, step: int, metrics: Dict[str, float]) -> None:
+        """The step metrics (plus the loss scale of a LossScaleOptimizer)."""
+        values = dict(metrics)
+        scale = self._loss_scale()
+        if scale is not None:
+            values.setdefault("loss_scale", scale)
+        self._scalars(TRAIN_DIR, values, STEP_TAGS, step)
 
-    @property
-    def profile_dir(self) -> Path:
-        return self.log_dir / PROFILE_SUBDIR
-
-    # ------------------------------------------------------------------ hooks
-
-    def on_train_begin(self, model=None, *, step: int = 0, optimizer=None) -> None:
-        """Write the model graph; start the profiler now if its range begins with the next step
-        (or a resumed run starts inside it)."""
-        self._optimizer = optimizer
-        if self.summaries and model is not None:
-            self._write_graph(model)
-        if self.profile_steps and self.profile_steps[0] - 1 <= step < self.profile_steps[1]:
-            self._start_profiler(step + 1)
-        self._last_step = step
-
-    def on_step(self, step: int, metrics: Optional[Mapping[str, float]] = None) -> None:
-        """After optimizer step `step`: profiler transitions (once per step) and, when given, the
-        step metrics (plus the loss scale of a LossScaleOptimizer)."""
-        if step != self._last_step:
-            self._last_step = step
-            self._profile_transition(step)
-        if metrics and self.summaries:
-            values = dict(metrics)
-            scale = self._loss_scale()
-            if scale is not None:
-                values.setdefault("loss_scale", scale)
-            self._scalars(TRAIN_DIR, values, STEP_TAGS, step)
-
-    def on_epoch_end(self, epoch: int, metrics: Mapping[str, float], model=None) -> None:
+    def on_epoch_end(self, epoch: int, row: Dict[str, float]) -> None:
         """Epoch scalars into train/ and validation/, weight histograms every histogram_every_epochs."""
-        self._end_step_trace()  # validation and checkpointing are not a training step
-        if not self.summaries:
-            return
-        train = {k: v for k, v in metrics.items() if k not in EPOCH_VALIDATION_TAGS and k != "epoch"}
+        train = {k: v for k, v in row.items() if k not in EPOCH_VALIDATION_TAGS and k != "epoch"}
         self._scalars(TRAIN_DIR, train, EPOCH_TRAIN_TAGS, epoch)
-        val = {k: v for k, v in metrics.items() if k in EPOCH_VALIDATION_TAGS}
+        val = {k: v for k, v in row.items() if k in EPOCH_VALIDATION_TAGS}
         self._scalars(VALIDATION_DIR, val, EPOCH_VALIDATION_TAGS, epoch)
         every = self.histogram_every_epochs
-        if model is not None and every > 0 and (epoch + 1) % every == 0:
-            self._histograms(model, epoch)
+        if self.model is not None and every > 0 and (epoch + 1) % every == 0:
+            self._histograms(self.model, epoch)
         for writer in self._writers.values():
             writer.flush()
 
     def on_train_end(self) -> None:
-        """Stop a profiler still running (range past the last step), close writers, undo placement logging."""
-        self._stop_profiler()
         for writer in self._writers.values():
             writer.flush()
             writer.close()
         self._writers.clear()
-        if self._placement_set:
-            import tensorflow as tf
-
-            tf.debugging.set_log_device_placement(False)
-            self._placement_set = False
-
-    close = on_train_end
-
-    # ------------------------------------------------------------------ summaries
 
     def _writer(self, name: str):
         import tensorflow as tf
@@ -224,18 +206,45 @@ class Monitor:
             log.warning("TensorBoard: model graph not written (%s)", str(exc).splitlines()[0] if str(exc) else exc)
 
     def _loss_scale(self) -> Optional[float]:
-        scale = getattr(self._optimizer, "dynamic_scale", None)
+        scale = getattr(self.optimizer, "dynamic_scale", None)
         if scale is None:
             return None
         import keras
 
         return float(keras.ops.convert_to_numpy(scale))
 
-    # ------------------------------------------------------------------ profiler
+
+
+class ProfilerHook(Hook):
+    """Traces global steps FIRST-LAST (1-based, inclusive) into log_dir/plugins/profile/<timestamp>/."""
+
+    def __init__(self, log_dir, profile_steps: Tuple[int, int]):
+        self.log_dir = Path(log_dir)
+        self.profile_steps = profile_steps
+        self._profiling = False
+        self._profiled = False
+        self._trace = None
+
+    @property
+    def profile_dir(self) -> Path:
+        return self.log_dir / PROFILE_SUBDIR
+
+    def on_train_begin(self, step: int) -> None:
+        """Start now if the range begins with the next step (or a resumed run starts inside it)."""
+        if self.profile_steps[0] - 1 <= step < self.profile_steps[1]:
+            self._start_profiler(step + 1)
+
+    def on_steps_end(self, step: int) -> None:
+        self._profile_transition(step)
+
+    def on_epoch_end(self, epoch: int, row: Dict[str, float]) -> None:
+        self._end_step_trace()  # validation and checkpointing are not a training step
+
+    def on_train_end(self) -> None:
+        """Stop a profiler still running (range past the last step)."""
+        self._stop_profiler()
 
     def _profile_transition(self, step: int) -> None:
-        if not self.profile_steps:
-            return
         first, last = self.profile_steps
         if self._profiling:
             self._end_step_trace()

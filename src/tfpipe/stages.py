@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 
 from tfpipe.config import Config
+from tfpipe.workdir import WorkDir
+from tfpipe.workdir import fingerprint as training_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +24,6 @@ HISTORY_CSV = "plots/history.csv"
 EVAL_METRICS = "metrics/eval.json"
 CONFUSION_CSV = "plots/confusion_matrix.csv"
 CONFUSION_PNG = "plots/confusion_matrix.png"
-TRAINING_STATE = "training_state.json"  # in models/<dataset>/: which config the checkpoints belong to
-RUN_ID_FILE = "mlflow_run_id.txt"  # in models/<dataset>/checkpoints/: the MLflow run these checkpoints belong to
 
 
 def model_dir(cfg: Config, root: Path) -> Path:
@@ -52,31 +52,25 @@ def run_train(cfg: Config, root: Path):
     digest = data.manifest_digest(prepared)
     prov = provenance.collect(root)
 
-    out = model_dir(cfg, root)
-    fingerprint = _training_fingerprint(cfg, digest)
-    resume_run_id = None
-    if chief:
-        _clear_unless_resumable(out, fingerprint)
-        resume_run_id = _read_line(out / "checkpoints" / RUN_ID_FILE)  # the interrupted training's run
+    workdir = WorkDir(model_dir(cfg, root))
+    fingerprint = training_fingerprint(cfg, digest)
+    resume_run_id = workdir.prepare(fingerprint) if chief else None  # the interrupted training's run
 
     with tracking.start_run(cfg, root, stage="train", is_chief=chief, resume_run_id=resume_run_id) as run:
         if chief:
-            (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-            _write_text(out / "checkpoints" / "fingerprint.txt", fingerprint + "\n")
-            _write_text(out / "checkpoints" / RUN_ID_FILE, f"{run.run_id}\n")  # a resumed training continues this run
+            workdir.mark_started(fingerprint, run.run_id)
         run.log_params(cfg.flat())
         run.log_config(cfg.to_dict())
         run.set_tags(tracking.run_tags(cfg, None, digest, prov))
         run.log_dataset(manifest, digest, prepared, context="train")
-        result = training.train(cfg, prepared_dir=prepared, output_dir=out, sink=run)
+        result = training.train(cfg, prepared_dir=prepared, output_dir=workdir.path, sink=run)
         if not chief:  # only the chief writes the run, metrics, plots and state; workers used scratch dirs
             return result
-        _write_json(out / TRAINING_STATE, {"fingerprint": fingerprint, "complete": True})
+        workdir.mark_complete(fingerprint, result.weights_sha256)
         run.set_tags(tracking.run_tags(cfg, result.strategy, digest, prov))
         if cluster.public_spec():  # jobs -> host:port only
             run.set_tags({"cluster_spec": json.dumps(cluster.public_spec(), sort_keys=True)})
         if result.weights_sha256:  # what `audit --rerun` compares for bit-identity
-            (out / "weights.sha256").write_text(result.weights_sha256 + "\n")
             run.set_tags({"weights.sha256": result.weights_sha256})
         run.set_tags({f"determinism.{k}": v for k, v in (result.determinism or {}).items()})
         if result.resumed:
@@ -100,7 +94,7 @@ def run_train(cfg: Config, root: Path):
         run.log_artifacts(result.saved_model_dir, "saved_model")
         from tfpipe.monitoring import log_dir_for
 
-        tensorboard_dir = log_dir_for(cfg.train, out)  # summaries + profiler trace of this run
+        tensorboard_dir = log_dir_for(cfg.train, workdir.path)  # summaries + profiler trace of this run
         if tensorboard_dir.is_dir():
             run.log_artifacts(tensorboard_dir, "tensorboard")
         if cfg.tracking.log_model:
@@ -177,37 +171,6 @@ def _rooted(cfg: Config, root: Path) -> Config:
     return dataclasses.replace(cfg, data=data_cfg)
 
 
-def _training_fingerprint(cfg: Config, manifest_digest: str) -> str:
-    """What the checkpoints depend on: everything but tracking, plus the exact prepared data."""
-    import hashlib
-
-    relevant = {k: v for k, v in cfg.to_dict().items() if k != "tracking"}
-    relevant["manifest_digest"] = manifest_digest
-    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
-
-
-def _clear_unless_resumable(out: Path, fingerprint: str) -> None:
-    """Keep checkpoints only to resume an interrupted run of this very config; otherwise start clean.
-
-    `dvc repro` deletes models/<dataset> itself before training; `mlflow run` and hand-run stages
-    do not, and must neither resume another config's weights nor 'resume' a finished run.
-    """
-    import shutil
-
-    state_file = out / TRAINING_STATE
-    if not out.exists():
-        return
-    state = json.loads(state_file.read_text()) if state_file.is_file() else None
-    if state is None and (out / "checkpoints").is_dir():
-        # Interrupted before the first run finished: resume only if the checkpoints record this config.
-        started = out / "checkpoints" / "fingerprint.txt"
-        if started.is_file() and started.read_text().strip() == fingerprint:
-            log.info("resuming the interrupted training in %s", out)
-            return
-    log.info("starting fresh: removing %s (%s)", out, "finished run" if state else "other or unknown config")
-    shutil.rmtree(out)
-
-
 def _prefixed(metrics: dict, prefix: str) -> dict:
     return {f"{prefix}{k}": float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
 
@@ -222,16 +185,6 @@ def _input_example(prepared: Path, manifest: dict):
     if manifest["modality"] == "text":
         return [t.decode("utf-8") for t in array]
     return array
-
-
-def _read_line(path: Path):
-    return path.read_text(encoding="utf-8").strip() or None if path.is_file() else None
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _write_json(path: Path, payload: dict) -> None:

@@ -1,0 +1,116 @@
+"""Hooks: what happens at the training loop's step boundaries. The loop calls every hook at the same points
+and knows none of them; each hook owns one concern (metrics sink, checkpoint + history, stop signals; TensorBoard,
+profiler and device placement live in `tfpipe.monitoring`). TensorFlow-free."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Dict, Optional, Protocol, runtime_checkable
+
+from tfpipe import interrupts
+
+log = logging.getLogger(__name__)
+
+STEP_METRICS = ("train_loss", "train_accuracy", "learning_rate", "examples_per_sec")
+EPOCH_METRICS = (
+    "epoch_train_loss",
+    "epoch_train_accuracy",
+    "val_loss",
+    "val_accuracy",
+    "epoch_seconds",
+    "epoch_examples_per_sec",
+)
+
+
+@runtime_checkable
+class MetricsSink(Protocol):
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+
+
+class Hook:
+    """The loop's call points; every method is a no-op unless overridden. Steps are global optimizer steps
+    (1-based after a step ran), epochs 0-based."""
+
+    def on_train_begin(self, step: int) -> None:
+        """Before the first step of this call (`step`: steps already done, > 0 when resumed)."""
+
+    def on_steps_end(self, step: int) -> None:
+        """After every compiled call of one or more steps."""
+
+    def on_log(self, step: int, metrics: Dict[str, float]) -> None:
+        """Every `train.log_every_steps` steps and at epoch ends: the step metrics (STEP_METRICS)."""
+
+    def on_checkpoint(self, step: int, epoch: int, epoch_step: int) -> None:
+        """Save what a resume needs: `epoch` and `epoch_step` are where the resumed run continues."""
+
+    def on_epoch_end(self, epoch: int, row: Dict[str, float]) -> None:
+        """After validation: the history row (EPOCH_METRICS + 'epoch')."""
+
+    def on_train_end(self) -> None:
+        """Always called, also when the loop raised."""
+
+    def stop_requested(self) -> bool:
+        return False
+
+    def stop(self, where: str) -> None:
+        """Called after the stop checkpoint of a hook that requested a stop; may raise."""
+
+
+class SinkHook(Hook):
+    """Step and epoch metrics into a MetricsSink (the MLflow run). Before every checkpoint the sink is flushed:
+    once a checkpoint exists, every metric of the steps before it is in the store (a resumed run never replays
+    them, so a value still in a buffer would be lost for good). Add it before the CheckpointHook."""
+
+    def __init__(self, sink: MetricsSink):
+        self.sink = sink
+
+    def on_log(self, step: int, metrics: Dict[str, float]) -> None:
+        self.sink.log_metrics(metrics, step)
+
+    def on_checkpoint(self, step: int, epoch: int, epoch_step: int) -> None:
+        flush = getattr(self.sink, "flush", None)
+        if callable(flush):
+            flush()
+
+    def on_epoch_end(self, epoch: int, row: Dict[str, float]) -> None:
+        self.sink.log_metrics({k: float(row[k]) for k in EPOCH_METRICS}, epoch)
+
+
+class CheckpointHook(Hook):
+    """Counters + checkpoint through the work directory's CheckpointManager, and the epoch history file."""
+
+    def __init__(self, workdir, steps):
+        self.workdir = workdir
+        self.steps = steps
+
+    def on_checkpoint(self, step: int, epoch: int, epoch_step: int) -> None:
+        self.steps.set_counters(step, epoch, epoch_step)
+        self.workdir.save_checkpoint(step)
+
+    def on_epoch_end(self, epoch: int, row: Dict[str, float]) -> None:
+        self.workdir.append_history(row)  # a row past the checkpoint's epoch is dropped on resume
+
+
+class StopHook(Hook):
+    """SIGTERM/SIGINT during training only flag a stop (`interrupts.deferred`); the loop checkpoints at the
+    next step boundary, then `stop` raises `Interrupted` so the run ends KILLED and resumes exactly there."""
+
+    def __init__(self):
+        self._stack: Optional[contextlib.ExitStack] = None
+
+    def on_train_begin(self, step: int) -> None:
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(interrupts.deferred())
+
+    def stop_requested(self) -> bool:
+        return interrupts.requested() is not None
+
+    def stop(self, where: str) -> None:
+        log.warning("stop requested: checkpoint saved %s", where)
+        interrupts.raise_if_requested(where)
+
+    def on_train_end(self) -> None:
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None

@@ -1,0 +1,142 @@
+"""The loop: epochs of optimizer steps, with the step boundaries where hooks log, checkpoint and stop.
+
+It knows a runner (`train(k)`, `sync`, `end_epoch`, `examples`, `evaluate`), the step metrics (`Steps`) and a
+list of hooks; not strategies, datasets, files or MLflow. Calls run `train.steps_per_execution` steps and end
+exactly on every logging and checkpoint step, so the setting changes neither results nor logs."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from tfpipe.errors import DataError
+from tfpipe.hooks import Hook
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Schedule:
+    """The loop's step arithmetic (all in optimizer steps)."""
+
+    epochs: int
+    steps_per_epoch: int
+    log_every: int
+    checkpoint_every: int
+    steps_per_execution: int = 1
+
+    def next_call(self, step: int, remaining: int) -> int:
+        """Steps of the next call: up to steps_per_execution, ending on every step that logs or checkpoints."""
+        k = self.steps_per_execution
+        for every in (self.log_every, self.checkpoint_every):
+            k = min(k, every - step % every)
+        return max(min(k, remaining), 1)
+
+
+@dataclass
+class LoopResult:
+    step: int  # global optimizer steps done, earlier (resumed) runs included
+    epochs_run: int = 0
+    train_seconds: float = 0.0
+    rows: List[Dict[str, float]] = field(default_factory=list)  # history rows of the epochs run by this call
+
+
+class Loop:
+    def __init__(self, runner, steps, hooks: List[Hook], schedule: Schedule):
+        self.runner = runner
+        self.steps = steps
+        self.hooks = hooks
+        self.schedule = schedule
+        self.step = 0
+        self._window_start = 0.0
+        self._window_steps = 0
+
+    def _call(self, name: str, *args) -> None:
+        for hook in self.hooks:
+            getattr(hook, name)(*args)
+
+    def fit(self, start_epoch: int, start_epoch_step: int, step: int) -> LoopResult:
+        self.step = step
+        result = LoopResult(step=step)
+        t_start = time.perf_counter()
+        self._call("on_train_begin", step)
+        try:
+            for epoch in range(start_epoch, self.schedule.epochs):
+                skip = start_epoch_step if epoch == start_epoch else 0
+                result.rows.append(self._epoch(epoch, skip))
+                result.epochs_run += 1
+        finally:
+            self._call("on_train_end")
+        result.step = self.step
+        result.train_seconds = time.perf_counter() - t_start
+        return result
+
+    def _epoch(self, epoch: int, skip: int) -> Dict[str, float]:
+        self.steps.reset_train_metrics()
+        t_epoch = self._window_start = time.perf_counter()
+        self._window_steps = 0
+        ran = self._train_steps(epoch, skip)
+        self.runner.end_epoch()
+        self._log_window()  # the tail of the epoch, so short epochs still report step metrics
+        seconds = time.perf_counter() - t_epoch
+        examples = self.runner.examples(ran, self.steps.epoch_loss)
+        if ran == 0 and not skip:
+            raise DataError(
+                f"train split gives no full batch of {self.steps.global_batch_size} (no batches); "
+                f"lower train.batch_size_per_replica"
+            )
+        nan = float("nan")  # a resumed epoch whose batches were all trained before the interruption
+        train = self.steps.epoch_metrics() if examples else {"epoch_train_loss": nan, "epoch_train_accuracy": nan}
+        row = {"epoch": epoch, **train, **self.runner.evaluate(), "epoch_seconds": seconds,
+               "epoch_examples_per_sec": examples / max(seconds, 1e-9)}
+        self._call("on_epoch_end", epoch, row)
+        self._checkpoint(epoch + 1, 0)
+        self._stop_if_requested(f"at step {self.step} (end of epoch {epoch})")
+        log.info("epoch %d/%d: %s", epoch + 1, self.schedule.epochs,
+                 ", ".join(f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"))
+        return row
+
+    def _train_steps(self, epoch: int, skip: int) -> int:
+        """The epoch's remaining optimizer steps; returns how many ran."""
+        schedule = self.schedule
+        done, todo = 0, schedule.steps_per_epoch - skip
+        while done < todo:
+            ran = self.runner.train(schedule.next_call(self.step, todo - done))
+            if ran == 0:
+                break  # the stream ended early (a split with no full batch)
+            done += ran
+            self.step += ran
+            self._window_steps += ran
+            self._call("on_steps_end", self.step)
+            if self.step % schedule.log_every == 0:
+                self._log_window()
+            if self._stopper() is not None:  # SIGTERM/SIGINT: checkpoint this very step, then stop
+                self.runner.sync()  # the steps scheduled so far are done
+                self._log_window()
+                self._checkpoint(epoch, skip + done)
+                self._stop_if_requested(f"at step {self.step} (epoch {epoch}, batch {skip + done})")
+            if self.step % schedule.checkpoint_every == 0:
+                self._checkpoint(epoch, skip + done)
+        return done
+
+    def _log_window(self) -> None:
+        examples = self.runner.examples(self._window_steps, self.steps.window_loss)
+        if examples <= 0:
+            return
+        now = time.perf_counter()
+        metrics = {**self.steps.take_window(), "examples_per_sec": examples / max(now - self._window_start, 1e-9)}
+        self._window_steps, self._window_start = 0, now
+        self._call("on_log", self.step, metrics)
+
+    def _checkpoint(self, epoch: int, epoch_step: int) -> None:
+        self._call("on_checkpoint", self.step, epoch, epoch_step)
+
+    def _stopper(self) -> Optional[Hook]:
+        return next((hook for hook in self.hooks if hook.stop_requested()), None)
+
+    def _stop_if_requested(self, where: str) -> None:
+        stopper = self._stopper()
+        if stopper is not None:
+            stopper.stop(where)

@@ -1,0 +1,119 @@
+"""`train(cfg, prepared_dir=..., output_dir=..., sink=...)`: builds the pieces from the config and runs them.
+
+Seeds and op determinism, the precision policy, the strategy (`tfpipe.distribute`), the task (model, loss,
+datasets from the manifest), the runner for the strategy, the steps under `strategy.scope()`, the work
+directory (resume from its newest checkpoint: finished epochs are not rerun and a run interrupted mid-epoch
+skips the batches it had trained on; epoch e is shuffled with the seed pair (seed, e) and the checkpoint holds
+the RNG state of dropout and augmentation, so with op determinism a resumed run is bit-identical with an
+uninterrupted one), the hooks, then the loop, then the export. Training never imports mlflow: metrics go to an
+optional `MetricsSink`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from tfpipe import determinism, distribute, monitoring, precision
+from tfpipe.hooks import CheckpointHook, MetricsSink, SinkHook, StopHook
+from tfpipe.training.loop import Loop, Schedule
+from tfpipe.training.optim import lr_scale
+from tfpipe.training.runners import build_runner
+from tfpipe.training.steps import Steps
+from tfpipe.training.task import Task, batches_per_pipeline
+from tfpipe.workdir import WorkDir
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    history: List[dict]  # one dict per finished epoch (all runs of this output_dir), with 'epoch' (0-based)
+    final_metrics: Dict[str, float]  # train_loss, train_accuracy, val_loss, val_accuracy of the last epoch
+    saved_model_dir: Path
+    checkpoint_dir: Path
+    strategy: Dict[str, Any]  # distribute.describe_strategy()
+    num_params: int
+    global_batch_size: int
+    steps: int  # optimizer steps done in total (including earlier runs that were resumed)
+    train_seconds: float  # wall time of the epochs run by this call (training + validation)
+    precision: str = "float32"
+    epochs_run: int = 0  # epochs trained by this call
+    initial_epoch: int = 0  # epoch this call started at (> 0 when resumed)
+    resumed: bool = False
+    resumed_at_step: int = 0  # the checkpoint's step this call started from (0: fresh)
+    weights_sha256: Optional[str] = None  # determinism.weights_sha256 of the trained model (bit-identity check)
+    determinism: Dict[str, Any] = field(default_factory=dict)  # determinism.setup() settings in force
+    workdir: Optional[WorkDir] = None  # the work directory (files of the newest checkpoint, ...)
+
+
+def train(cfg, *, prepared_dir, output_dir, sink: Optional[MetricsSink] = None) -> TrainResult:
+    """Train cfg.model on the prepared TFRecords, checkpointing into output_dir/checkpoints and exporting
+    output_dir/saved_model; resumes from the newest checkpoint there if any."""
+    distribute.configure_devices(cfg.strategy)  # logical CPUs: before anything initialises TF's devices
+    settings = determinism.setup(cfg.train.seed, cfg.train.deterministic)
+    with precision.policy_scope(cfg.precision) as policy:
+        strategy = distribute.build_strategy(cfg.strategy)
+        global_batch = cfg.train.batch_size_per_replica * strategy.num_replicas_in_sync
+        task = Task.from_prepared(cfg, Path(prepared_dir), global_batch)
+        result = _train(cfg, task, strategy, policy, WorkDir(Path(output_dir)), sink)
+    result.determinism = settings
+    return result
+
+
+def _steps_per_epoch(tc, task: Task, runner) -> int:
+    """Optimizer steps per epoch: the smallest pipeline's full batches (make_dataset drops the remainder),
+    capped by train.steps_per_epoch (in micro-batches), divided by train.grad_accumulation_steps."""
+    micro = max(batches_per_pipeline(task.spec, runner.pipelines, task.global_batch, tc.shard_policy), 1)
+    if tc.steps_per_epoch:
+        micro = min(micro, tc.steps_per_epoch)
+    return max(micro // tc.grad_accumulation_steps, 1)
+
+
+def _train(cfg, task: Task, strategy, policy: str, workdir: WorkDir, sink) -> TrainResult:
+    tc = cfg.train
+    runner = build_runner(strategy, task)
+    steps_per_epoch = _steps_per_epoch(tc, task, runner)
+    steps = Steps(task, strategy, policy=policy, steps_per_epoch=steps_per_epoch,
+                  lr_scale=lr_scale(tc, runner.replicas))
+    task.fit_to_train_split(steps.model)  # before a checkpoint restores the rest
+    chief = strategy.extended.should_checkpoint
+    resumed = workdir.open_checkpoints(steps.checkpoint, chief=chief, max_to_keep=tc.max_checkpoints_to_keep)
+    step, start_epoch, start_epoch_step = steps.counters()
+    resumed_at_step = step
+    runner.start(steps, start_epoch, start_epoch_step)
+    hooks = [SinkHook(sink)] if (sink is not None and chief) else []
+    hooks += [CheckpointHook(workdir, steps), StopHook()]
+    hooks += monitoring.hooks_from_config(tc, workdir.path, chief=chief, model=steps.model, optimizer=steps.optimizer)
+    # Optimizer steps per compiled call; 1 while profiling, so the trace starts and stops at its exact steps.
+    schedule = Schedule(tc.epochs, steps_per_epoch, tc.log_every_steps, tc.checkpoint_every_steps,
+                        1 if tc.profile_steps else tc.steps_per_execution)
+    done = Loop(runner, steps, hooks, schedule).fit(start_epoch, start_epoch_step, step)
+    history = workdir.history
+    if history:
+        last = history[-1]
+        final = {"train_loss": last["epoch_train_loss"], "train_accuracy": last["epoch_train_accuracy"],
+                 "val_loss": last["val_loss"], "val_accuracy": last["val_accuracy"]}
+    else:  # resumed a finished run whose history file is gone: score validation again
+        final = runner.evaluate()
+    task.export(steps.model, workdir.export_dir)
+    workdir.close()
+    return TrainResult(
+        history=history,
+        final_metrics=final,
+        saved_model_dir=workdir.saved_model_dir,
+        checkpoint_dir=workdir.checkpoint_dir,
+        strategy=distribute.describe_strategy(strategy),
+        num_params=int(steps.model.count_params()),
+        global_batch_size=task.global_batch,
+        steps=done.step,
+        train_seconds=done.train_seconds,
+        precision=policy,
+        epochs_run=done.epochs_run,
+        initial_epoch=start_epoch,
+        resumed=resumed,
+        resumed_at_step=resumed_at_step,
+        weights_sha256=determinism.weights_sha256(steps.model),
+        workdir=workdir,
+    )

@@ -1,0 +1,152 @@
+"""The one owner of the train stage's work directory, `models/<dataset>/`.
+
+    models/<dataset>/
+      training_state.json      {"fingerprint", "complete"}: written when a training run finished
+      weights.sha256           the trained weights' digest (what `audit --rerun` compares)
+      checkpoints/             tf.train checkpoints (CheckpointManager), history.json (epoch rows),
+                               fingerprint.txt (the config + data they belong to), mlflow_run_id.txt
+      saved_model/             the export
+      tensorboard/             summaries and profiler traces (tfpipe.monitoring)
+
+It decides whether a run resumes (an interrupted run of the very same config and data) or starts clean,
+saves and restores checkpoints (non-chief workers of a multi-worker strategy write a scratch folder:
+every worker must take part in a save, only the chief's is kept), keeps the history and lists the files of
+the newest checkpoint for upload. TensorFlow is imported only by the checkpoint methods."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import List, Optional
+
+from tfpipe import files
+from tfpipe.errors import UserError
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+SAVED_MODEL = "saved_model"
+HISTORY_FILE = "history.json"  # in checkpoints/
+FINGERPRINT_FILE = "fingerprint.txt"  # in checkpoints/: which config + data the checkpoints belong to
+RUN_ID_FILE = "mlflow_run_id.txt"  # in checkpoints/: the MLflow run these checkpoints belong to
+TRAINING_STATE = "training_state.json"
+WEIGHTS_FILE = "weights.sha256"
+
+
+def fingerprint(cfg, manifest_digest: str) -> str:
+    """What the checkpoints depend on: everything but tracking, plus the exact prepared data."""
+    relevant = {k: v for k, v in cfg.to_dict().items() if k != "tracking"}
+    relevant["manifest_digest"] = manifest_digest
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
+
+
+class WorkDir:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.checkpoint_dir = self.path / CHECKPOINTS
+        self.saved_model_dir = self.path / SAVED_MODEL
+        self.history: List[dict] = []
+        self._manager = None
+        self._scratch: Optional[Path] = None
+
+    # -- before training (chief): resume or start clean
+
+    def prepare(self, fingerprint: str) -> Optional[str]:
+        """Keep checkpoints only to resume an interrupted run of this very config, else clear the folder's
+        contents (`dvc repro` removes it itself; `mlflow run` and hand-run stages do not, and must neither
+        resume another config's weights nor 'resume' a finished run). Returns the interrupted run's MLflow id."""
+        if not self.path.exists():
+            return None
+        state = self.path / TRAINING_STATE
+        started = files.read_line(self.checkpoint_dir / FINGERPRINT_FILE)
+        if not state.is_file() and started == fingerprint:
+            log.info("resuming the interrupted training in %s", self.path)
+            return files.read_line(self.checkpoint_dir / RUN_ID_FILE)
+        why = "finished run" if state.is_file() else "other or unknown config"
+        log.info("starting fresh: clearing %s (%s)", self.path, why)
+        files.clear_folder(self.path)
+        return None
+
+    def mark_started(self, fingerprint: str, run_id: str) -> None:
+        files.write_text(self.checkpoint_dir / FINGERPRINT_FILE, fingerprint + "\n")
+        files.write_text(self.checkpoint_dir / RUN_ID_FILE, f"{run_id}\n")  # a resumed training continues this run
+
+    def mark_complete(self, fingerprint: str, weights_sha256: Optional[str]) -> None:
+        files.write_json(self.path / TRAINING_STATE, {"fingerprint": fingerprint, "complete": True}, sort_keys=True)
+        if weights_sha256:
+            files.write_text(self.path / WEIGHTS_FILE, weights_sha256 + "\n")
+
+    # -- checkpoints (TensorFlow)
+
+    def open_checkpoints(self, checkpoint, *, chief: bool, max_to_keep: int) -> bool:
+        """A CheckpointManager for `checkpoint`; restores the newest checkpoint when there is one (then returns
+        True, and `history` holds the epochs before the checkpoint's)."""
+        import tensorflow as tf
+
+        directory = self.checkpoint_dir
+        if not chief:
+            self._scratch = Path(tempfile.mkdtemp(prefix="tfpipe-worker-"))
+            directory = self._scratch / CHECKPOINTS
+        self._manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=max_to_keep)
+        latest = tf.train.latest_checkpoint(str(self.checkpoint_dir))
+        if latest is None:
+            return False
+        try:
+            checkpoint.restore(latest).assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.OpError) as exc:
+            raise UserError(
+                f"{self.checkpoint_dir}: cannot resume from {Path(latest).name} (was it written for another model "
+                f"or optimizer?); delete the folder to start over ({str(exc).splitlines()[0]})"
+            ) from None
+        epoch = int(checkpoint.epoch.numpy())
+        self.history = self._read_history()[:epoch]
+        log.info("resuming from %s: epoch %d, step %d", latest, epoch, int(checkpoint.step.numpy()))
+        return True
+
+    def save_checkpoint(self, step: int) -> None:
+        self._manager.save(checkpoint_number=step)
+
+    @property
+    def export_dir(self) -> Path:
+        return self._scratch / SAVED_MODEL if self._scratch else self.saved_model_dir
+
+    def close(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+    def latest_checkpoint_files(self) -> List[Path]:
+        """The newest checkpoint's files (per `tf.train.get_checkpoint_state`) and the folder's other files
+        (history, fingerprint, run id); not the state file, which names every kept checkpoint."""
+        import tensorflow as tf
+
+        state = tf.train.get_checkpoint_state(str(self.checkpoint_dir))
+        if state is None or not state.model_checkpoint_path:
+            raise UserError(f"{self.checkpoint_dir}: no checkpoint state file naming the latest checkpoint")
+        prefix = Path(state.model_checkpoint_path).name
+        kept = {Path(p).name for p in state.all_model_checkpoint_paths}
+        chosen = []
+        for path in sorted(self.checkpoint_dir.iterdir()):
+            stem = path.name.split(".")[0]
+            if path.is_file() and path.name != "checkpoint" and (stem not in kept or stem == prefix):
+                chosen.append(path)
+        return chosen
+
+    # -- history (epoch rows across resumes)
+
+    def append_history(self, row: dict) -> None:
+        self.history.append(row)
+        if self._scratch is None:  # the chief's
+            files.write_json(self.checkpoint_dir / HISTORY_FILE, self.history)
+
+    def _read_history(self) -> List[dict]:
+        path = self.checkpoint_dir / HISTORY_FILE
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+        except json.JSONDecodeError:
+            return []
+        return rows if isinstance(rows, list) else []
