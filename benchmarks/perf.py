@@ -51,10 +51,11 @@ def _env() -> dict:
     return env
 
 
-def _worker(mode: str, *args: str) -> dict:
-    """Run `perf.py _worker MODE ARGS` in a fresh process; returns its JSON line."""
+def _worker(mode: str, *args: str, src: Path = ROOT / "src") -> dict:
+    """Run `perf.py _worker MODE ARGS` in a fresh process (importing tfpipe from `src`); returns its JSON line."""
+    env = {**_env(), "PYTHONPATH": str(src), "TFPIPE_BENCH_SRC": str(src)}
     proc = subprocess.run([sys.executable, __file__, "_worker", mode, *args], capture_output=True, text=True,
-                          env=_env(), cwd=ROOT, timeout=3600)
+                          env=env, cwd=ROOT, timeout=3600)
     if proc.returncode != 0:
         raise SystemExit(f"worker {mode} {args} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -101,22 +102,67 @@ def _w_stage(dataset: str, steps: int, *overrides: str) -> dict:
             "train_seconds": result.train_seconds}
 
 
+def _train_arrays(dataset: str):
+    """The prepared train split decoded into memory once, as tfds.load(..., as_supervised=True) + tfds.as_numpy
+    give."""
+    import numpy as np
+
+    from tfpipe import data
+
+    xs, ys = [], []
+    for x, y in data.make_dataset(PREPARED[dataset], "train", batch_size=1024, training=False, seed=0, cache=False):
+        xs.append(x.numpy())
+        ys.append(y.numpy())
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def _w_bare(dataset: str, steps: int, batch: int) -> dict:
+    """The best reachable custom loop: the same model (tfpipe's builder), data in memory through tf.data
+    cache/shuffle/batch/prefetch, one `tf.function` step (GradientTape, Adam, sparse cross-entropy), no
+    strategy, no metrics, no hooks."""
+    import keras
+    import tensorflow as tf
+
+    from tfpipe import models
+
+    cfg = _compose(f"dataset={dataset}")
+    x_train, y_train = _train_arrays(dataset)
+    tf.keras.utils.set_random_seed(cfg.train.seed)
+    ds = (tf.data.Dataset.from_tensor_slices((x_train, y_train)).cache().shuffle(10000)
+          .batch(batch, drop_remainder=True).repeat().prefetch(tf.data.AUTOTUNE))
+    model = models.build_model(cfg, int(y_train.max()) + 1)
+    optimizer = keras.optimizers.Adam(cfg.train.optimizer.learning_rate)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+        return loss
+
+    steps = steps or len(x_train) // batch
+    iterator = iter(ds)
+    seconds = []
+    for _ in range(2):  # the first epoch pays for tracing and filling the cache
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            loss = step(*next(iterator))
+        float(loss)
+        seconds.append(time.perf_counter() - t0)
+    return {"examples_per_sec": steps * batch / seconds[-1]}
+
+
 def _w_keras(dataset: str, steps: int, batch: int) -> dict:
     """The seeds' recipe: tfds-style in-memory arrays -> tf.data cache/shuffle/batch/prefetch -> model.fit,
     on the same model (tfpipe's builder, compiled by Keras) and the same prepared data."""
     import keras
-    import numpy as np
     import tensorflow as tf
 
     from tfpipe import data, models
 
     cfg = _compose(f"dataset={dataset}")
-    # Decode the prepared split into memory once, as tfds.load(..., as_supervised=True) + tfds.as_numpy give.
-    xs, ys = [], []
-    for x, y in data.make_dataset(PREPARED[dataset], "train", batch_size=1024, training=False, seed=0, cache=False):
-        xs.append(x.numpy())
-        ys.append(y.numpy())
-    x_train, y_train = np.concatenate(xs), np.concatenate(ys)
+    x_train, y_train = _train_arrays(dataset)
     tf.keras.utils.set_random_seed(cfg.train.seed)
     ds = (tf.data.Dataset.from_tensor_slices((x_train, y_train)).cache().shuffle(10000)
           .batch(batch).prefetch(tf.data.AUTOTUNE))
@@ -165,18 +211,27 @@ def _w_input(dataset: str, batch: int) -> dict:
     return {"first_pass": rates[0], "examples_per_sec": rates[1]}
 
 
-WORKERS = {"pipeline": _w_pipeline, "stage": _w_stage, "keras": _w_keras, "input": _w_input}
+WORKERS = {"pipeline": _w_pipeline, "stage": _w_stage, "keras": _w_keras, "bare": _w_bare, "input": _w_input}
+
+
+def cpu_line() -> str:
+    """The CPU model and the flags that decide its speed (printed with every figure)."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
+    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+    return f"CPU: {model}; flags: {' '.join(f for f in wanted if f in flags) or 'none of ' + ', '.join(wanted)}"
 
 
 # ----------------------------------------------------------------------------- benchmarks
 
 
 def _side_by_side(configs: list, repeats: int) -> dict:
-    """configs: [(label, mode, args)]; alternated per repeat; -> {label: [results]}."""
-    out = {label: [] for label, _, _ in configs}
+    """configs: [(label, mode, args[, src])]; alternated per repeat; -> {label: [results]}."""
+    out = {config[0]: [] for config in configs}
     for r in range(repeats):
-        for label, mode, args in configs:
-            res = _worker(mode, *args)
+        for label, mode, args, *src in configs:
+            res = _worker(mode, *args, **({"src": Path(src[0])} if src else {}))
             out[label].append(res)
             print(f"  repeat {r + 1} {label}: {res['examples_per_sec']:.0f} examples/s  ({_load()})", flush=True)
     return out
@@ -198,14 +253,20 @@ def bench_keras(args) -> None:
     # while the Keras recipe's repeated dataset keeps it; that would not compare the train steps.
     configs = [
         ("plain Keras (tf.data cache/shuffle/batch + model.fit)", "keras", ["cifar10", "0", "64"]),
+        ("bare tf.function step (same model and data, no strategy)", "bare", ["cifar10", "0", "64"]),
         # Same model, batch 64, float32 and optimizer (Adam) on both sides: this times the loops.
         ("tfpipe train stage loop, default config (steps_per_execution=10)", "pipeline",
          ["cifar10", "0", "precision=float32"]),
         ("tfpipe train stage loop, train.steps_per_execution=1", "pipeline",
          ["cifar10", "0", "precision=float32", "train.steps_per_execution=1"]),
     ]
+    if args.compare_src:  # another checkout's train stage loop in the same run (before/after a change)
+        configs.append((f"train stage loop of {args.compare_src}", "pipeline", ["cifar10", "0", "precision=float32"],
+                        str(Path(args.compare_src) / "src")))
     res = _side_by_side(configs, args.repeats)
-    _table([(label, _median(res[label])) for label, _, _ in configs], configs[0][0])
+    rows = [(config[0], _median(res[config[0]])) for config in configs]
+    _table(rows, configs[0][0])
+    _table(rows, configs[1][0])
 
 
 def bench_tracking(args) -> None:
@@ -229,8 +290,11 @@ def bench_precision(args) -> None:
                ("embedding_gap (imdb) float32", "pipeline", ["imdb-seeds", "0", "precision=float32"]),
                ("embedding_gap (imdb) mixed_bfloat16", "pipeline",
                 ["imdb-seeds", "0", "precision=mixed_bfloat16"])]
+    if args.compare_src:  # another checkout's train stage loop in the same run (before/after a change)
+        configs.append((f"train stage loop of {args.compare_src}", "pipeline", ["cifar10", "0", "precision=float32"],
+                        str(Path(args.compare_src) / "src")))
     res = _side_by_side(configs, args.repeats)
-    rows = [(label, _median(res[label])) for label, _, _ in configs]
+    rows = [(config[0], _median(res[config[0]])) for config in configs]
     print("\n| model | float32 examples/s | mixed_bfloat16 examples/s | speed-up |\n|---|---|---|---|")
     for i in (0, 2, 4):
         f32, bf16 = rows[i][1], rows[i + 1][1]
@@ -316,12 +380,12 @@ def bench_dvc(args) -> None:
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "_worker":
-        sys.path.insert(0, str(ROOT / "src"))
+        sys.path.insert(0, os.environ.get("TFPIPE_BENCH_SRC", str(ROOT / "src")))
         mode, rest = sys.argv[2], sys.argv[3:]
         fn = WORKERS[mode]
         if mode in ("pipeline", "stage"):
             result = fn(rest[0], int(rest[1]), *rest[2:])
-        elif mode == "keras":
+        elif mode in ("keras", "bare"):
             result = fn(rest[0], int(rest[1]), int(rest[2]))
         else:
             result = fn(rest[0], int(rest[1]))
@@ -331,9 +395,11 @@ def main() -> int:
     parser.add_argument("bench", choices=["keras", "tracking", "precision", "input", "prepare", "dvc"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=0, help="unused (all benchmarks time whole epochs)")
+    parser.add_argument("--compare-src", help="keras: also time the train stage loop of this checkout")
     parser.add_argument("--per-class", type=int, default=40, help="dvc: generated train images per class")
     args = parser.parse_args()
-    print(f"$ python benchmarks/perf.py {' '.join(sys.argv[1:])}\n{_load()}, {os.cpu_count()} CPUs", flush=True)
+    print(f"$ python benchmarks/perf.py {' '.join(sys.argv[1:])}\n{cpu_line()}\n{_load()}, {os.cpu_count()} CPUs",
+          flush=True)
     {"keras": bench_keras, "tracking": bench_tracking, "precision": bench_precision, "input": bench_input,
      "prepare": bench_prepare, "dvc": bench_dvc}[args.bench](args)
     print(f"done ({_load()})")

@@ -93,7 +93,7 @@ def test_result_describes_the_run(image_run, prepared_image):
     cfg, result, _, out = image_run
     assert result.global_batch_size == IMAGE_BATCH
     assert result.steps == 3 * IMAGE_STEPS
-    assert result.strategy["name"] == "OneDeviceStrategy" and result.strategy["num_replicas_in_sync"] == 1
+    assert result.strategy["name"] == "DefaultStrategy" and result.strategy["num_replicas_in_sync"] == 1
     assert result.precision == default_policy() and result.epochs_run == 3 and not result.resumed
     from tfpipe import models
 
