@@ -12,6 +12,7 @@ import logging
 import os
 from pathlib import Path
 
+from tfpipe import files
 from tfpipe.config import Config
 from tfpipe.workdir import WorkDir
 from tfpipe.workdir import fingerprint as training_fingerprint
@@ -84,7 +85,7 @@ def run_train(cfg: Config, root: Path):
             "global_batch_size": result.global_batch_size,
             "num_params": result.num_params,
         }
-        _write_json(root / TRAIN_METRICS, summary)
+        files.write_json(root / TRAIN_METRICS, summary, sort_keys=True)
         _write_history(root / HISTORY_CSV, result.history)
         run.log_artifact(root / TRAIN_METRICS, "metrics")
         run.log_artifact(root / HISTORY_CSV, "plots")
@@ -187,20 +188,9 @@ def _input_example(prepared: Path, manifest: dict):
     return array
 
 
-def _write_json(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _write_history(path: Path, history: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     keys = sorted({k for row in history for k in row}, key=lambda k: (k != "epoch", k))
-    with tmp.open("w", newline="", encoding="utf-8") as fh:
+    with files.atomic_open(path, newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=keys)
         writer.writeheader()
         writer.writerows(history)
-    os.replace(tmp, path)
-
