@@ -68,44 +68,52 @@ def run_train(cfg: Config, root: Path):
         if not chief:  # only the chief writes the run, metrics, plots and state; workers used scratch dirs
             return result
         workdir.mark_complete(fingerprint, result.weights_sha256)
-        run.set_tags(tracking.run_tags(cfg, result.strategy, digest, prov))
-        if cluster.public_spec():  # jobs -> host:port only
-            run.set_tags({"cluster_spec": json.dumps(cluster.public_spec(), sort_keys=True)})
-        if result.weights_sha256:  # what `audit --rerun` compares for bit-identity
-            run.set_tags({"weights.sha256": result.weights_sha256})
-        run.set_tags({f"determinism.{k}": v for k, v in (result.determinism or {}).items()})
-        if result.resumed:
-            run.set_tags({"tfpipe.resumed_at_step": result.resumed_at_step})
-        run.log_metrics(_prefixed(result.final_metrics, "final_"), step=len(result.history))
-
-        summary = {
-            **result.final_metrics,
-            "train_seconds": result.train_seconds,
-            "steps": result.steps,
-            "global_batch_size": result.global_batch_size,
-            "num_params": result.num_params,
-        }
-        files.write_json(root / TRAIN_METRICS, summary, sort_keys=True)
-        _write_history(root / HISTORY_CSV, result.history)
-        run.log_artifact(root / TRAIN_METRICS, "metrics")
-        run.log_artifact(root / HISTORY_CSV, "plots")
-        run.log_latest_checkpoint(result.checkpoint_dir)
-        run.log_provenance(prov)
-        run.log_text(provenance.pip_freeze(), "provenance/pip_freeze.txt")  # the exact environment
-        run.log_artifacts(result.saved_model_dir, "saved_model")
-        from tfpipe.monitoring import log_dir_for
-
-        tensorboard_dir = log_dir_for(cfg.train, workdir.path)  # summaries + profiler trace of this run
-        if tensorboard_dir.is_dir():
-            run.log_artifacts(tensorboard_dir, "tensorboard")
-        if cfg.tracking.log_model:
-            run.log_model(
-                result.saved_model_dir,
-                modality=cfg.dataset.modality,
-                input_example=_input_example(prepared, manifest),
-                class_names=manifest["class_names"],
-            )
+        _log_training(run, cfg, result, workdir, root, prepared, manifest, digest, prov)
     return result
+
+
+def _log_training(run, cfg: Config, result, workdir: WorkDir, root: Path, prepared: Path, manifest: dict,
+                  digest: str, prov: dict) -> None:
+    """The chief's record of a finished training: tags, final metrics, reports, checkpoint, model."""
+    from tfpipe import cluster, provenance, tracking
+
+    run.set_tags(tracking.run_tags(cfg, result.strategy, digest, prov))
+    if cluster.public_spec():  # jobs -> host:port only
+        run.set_tags({"cluster_spec": json.dumps(cluster.public_spec(), sort_keys=True)})
+    if result.weights_sha256:  # what `audit --rerun` compares for bit-identity
+        run.set_tags({"weights.sha256": result.weights_sha256})
+    run.set_tags({f"determinism.{k}": v for k, v in (result.determinism or {}).items()})
+    if result.resumed:
+        run.set_tags({"tfpipe.resumed_at_step": result.resumed_at_step})
+    run.log_metrics(_prefixed(result.final_metrics, "final_"), step=len(result.history))
+
+    summary = {
+        **result.final_metrics,
+        "train_seconds": result.train_seconds,
+        "steps": result.steps,
+        "global_batch_size": result.global_batch_size,
+        "num_params": result.num_params,
+    }
+    files.write_json(root / TRAIN_METRICS, summary, sort_keys=True)
+    _write_history(root / HISTORY_CSV, result.history)
+    run.log_artifact(root / TRAIN_METRICS, "metrics")
+    run.log_artifact(root / HISTORY_CSV, "plots")
+    run.log_latest_checkpoint(result.checkpoint_dir)
+    run.log_provenance(prov)
+    run.log_text(provenance.pip_freeze(), "provenance/pip_freeze.txt")  # the exact environment
+    run.log_artifacts(result.saved_model_dir, "saved_model")
+    from tfpipe.monitoring import log_dir_for
+
+    tensorboard_dir = log_dir_for(cfg.train, workdir.path)  # summaries + profiler trace of this run
+    if tensorboard_dir.is_dir():
+        run.log_artifacts(tensorboard_dir, "tensorboard")
+    if cfg.tracking.log_model:
+        run.log_model(
+            result.saved_model_dir,
+            modality=cfg.dataset.modality,
+            input_example=_input_example(prepared, manifest),
+            class_names=manifest["class_names"],
+        )
 
 
 def run_evaluate(cfg: Config, root: Path):
