@@ -134,3 +134,27 @@ def test_stage_refuses_bad_config_fast_without_traceback(stage):
     assert lines == [f"{stage}: error: train.batch_size_per_replica=0: must be > 0"]
     assert "Traceback" not in proc.stderr
     assert elapsed < 20
+
+
+def test_choice_names_and_registries_agree():
+    """The names config accepts (tfpipe.choices) are exactly what the registries build."""
+    from tfpipe import choices, distribute, models, textnorm
+    from tfpipe.config import MODEL_SCHEMAS
+    from tfpipe.data import inputs
+
+    assert set(distribute.STRATEGY_BUILDERS) == set(choices.STRATEGIES)
+    assert set(models.MODEL_BUILDERS) == set(choices.MODELS) == set(MODEL_SCHEMAS)
+    assert tuple(inputs.SHARD_POLICIES) == choices.SHARD_POLICIES
+    assert tuple(textnorm.STANDARDIZERS) == choices.STANDARDIZERS
+    assert set(choices.IMAGE_MODELS) | set(choices.TEXT_MODELS) == set(choices.MODELS)
+    assert {p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")} == set(choices.MODELS)
+    assert {p.stem for p in (ROOT / "conf" / "strategy").glob("*.yaml")} == set(choices.STRATEGIES)
+
+
+def test_each_model_has_its_own_schema(make_config):
+    """No model carries another model's fields (the padded union of every model's keys is gone)."""
+    cnn, nbsvm = make_config().model, make_config("dataset=imdb", "model=nbsvm").model
+    assert not hasattr(cnn, "ngrams") and not hasattr(nbsvm, "filters")
+    assert "model.embedding_dim" not in make_config().flat()
+    with pytest.raises(ConfigError, match="model.filters"):
+        make_config("dataset=imdb", "model.filters=[8]")  # a key the selected model does not have

@@ -5,7 +5,8 @@
 central_storage (over GPUs, or `num_logical_cpus` logical CPUs set up by `configure_devices` before TF
 initialises), multi_worker_mirrored and parameter_server (from TF_CONFIG, see `tfpipe.cluster`; ps and
 worker tasks of parameter_server run `run_server`), tpu (a TPUStrategy, or a one-line UserError where no
-TPU is reachable). `tfpipe.config.STRATEGIES` lists the names the config accepts.
+TPU is reachable). `tfpipe.choices.STRATEGIES` names the strategies the config accepts, and tests/test_config.py
+asserts it names exactly the registered builders.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def available_strategies() -> tuple[str, ...]:
 
 def build_strategy(strategy_cfg) -> tf.distribute.Strategy:
     """cfg.strategy (name, device) -> a tf.distribute.Strategy; ValueError on an unknown name."""
-    name = getattr(strategy_cfg, "name", None)
+    name = strategy_cfg.name
     builder = STRATEGY_BUILDERS.get(name)
     if builder is None:
         raise ValueError(
@@ -86,7 +87,7 @@ def _auto(strategy_cfg) -> tf.distribute.Strategy:
 def configure_devices(strategy_cfg) -> None:
     """Split the CPU into `strategy.num_logical_cpus` logical devices. Must run before TF initialises
     its devices (the start of the train process); later, it only checks enough devices exist."""
-    n = int(getattr(strategy_cfg, "num_logical_cpus", 0) or 0)
+    n = int(strategy_cfg.num_logical_cpus or 0)
     if n <= 1 or tf.config.list_physical_devices("GPU"):
         return
     cpus = tf.config.list_physical_devices("CPU")
@@ -102,14 +103,14 @@ def configure_devices(strategy_cfg) -> None:
 
 
 def _local_devices(strategy_cfg) -> list:
-    devices = list(getattr(strategy_cfg, "devices", None) or [])
+    devices = list(strategy_cfg.devices or [])
     if devices:
         return devices
     gpus = _gpus()
     if gpus:
         return [g.name for g in gpus]
     cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
-    n = int(getattr(strategy_cfg, "num_logical_cpus", 0) or 0)
+    n = int(strategy_cfg.num_logical_cpus or 0)
     return cpus[: max(n, 1)]
 
 
@@ -125,7 +126,7 @@ def _mirrored(strategy_cfg) -> tf.distribute.Strategy:
 def _central_storage(strategy_cfg) -> tf.distribute.Strategy:
     configure_devices(strategy_cfg)
     devices = _local_devices(strategy_cfg)
-    parameter_device = getattr(strategy_cfg, "device", None) or "/cpu:0"
+    parameter_device = strategy_cfg.device or "/cpu:0"
     return tf.distribute.experimental.CentralStorageStrategy(devices, parameter_device=parameter_device)
 
 
@@ -140,7 +141,7 @@ def _tf_config_resolver(strategy_cfg):
 def _multi_worker_mirrored(strategy_cfg) -> tf.distribute.Strategy:
     resolver, _ = _tf_config_resolver(strategy_cfg)
     impl = tf.distribute.experimental.CommunicationImplementation
-    communication = {"auto": impl.AUTO, "ring": impl.RING, "nccl": impl.NCCL}[getattr(strategy_cfg, "communication", "auto")]
+    communication = {"auto": impl.AUTO, "ring": impl.RING, "nccl": impl.NCCL}[strategy_cfg.communication]
     options = tf.distribute.experimental.CommunicationOptions(implementation=communication)
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
 
@@ -148,7 +149,7 @@ def _multi_worker_mirrored(strategy_cfg) -> tf.distribute.Strategy:
 @register("parameter_server")
 def _parameter_server(strategy_cfg) -> tf.distribute.Strategy:
     resolver, _ = _tf_config_resolver(strategy_cfg)
-    max_shards = int(getattr(strategy_cfg, "max_shards", 1) or 1)
+    max_shards = int(strategy_cfg.max_shards or 1)
     partitioner = None
     if max_shards > 1:
         partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
@@ -159,7 +160,7 @@ def _parameter_server(strategy_cfg) -> tf.distribute.Strategy:
 
 @register("tpu")
 def _tpu(strategy_cfg) -> tf.distribute.Strategy:
-    name = getattr(strategy_cfg, "tpu", None) or ""
+    name = strategy_cfg.tpu or ""
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=name)
         tf.config.experimental_connect_to_cluster(resolver)

@@ -21,3 +21,11 @@ class TrackingError(UserError):
 
 
 USER_ERRORS = (UserError,)
+
+
+def one_line(error: BaseException | str, limit: int | None = None) -> str:
+    """An error (or text) as one line: its lines joined, whitespace collapsed; cut to `limit` characters."""
+    text = " ".join(part.strip() for part in str(error).splitlines() if part.strip())
+    if not text and isinstance(error, BaseException):
+        text = type(error).__name__
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."

@@ -87,7 +87,7 @@ def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool) -> dict:
 
         from tfpipe.textnorm import DEFAULT as DEFAULT_STANDARDIZE
 
-        standardize = getattr(ds_cfg, "standardize", None) or DEFAULT_STANDARDIZE
+        standardize = ds_cfg.standardize or DEFAULT_STANDARDIZE
         vocab_size = build_vocab([tmp / s["file"] for s in shards["train"]], tmp / VOCAB_FILE, ds_cfg.max_tokens,
                                  standardize)
         vocab_file = VOCAB_FILE

@@ -18,7 +18,7 @@ from tfpipe.data.manifest import load_manifest
 from tfpipe.data.tfrecords import parse_batch_fn
 from tfpipe.errors import DataError
 
-SHARD_POLICIES = ("auto", "file", "data")  # how input pipelines (workers) split a split between them
+from tfpipe.choices import SHARD_POLICIES  # noqa: F401 - how input pipelines (workers) split a split
 
 
 def make_dataset(

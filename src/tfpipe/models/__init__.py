@@ -44,7 +44,7 @@ def fit_to_train_split(model: keras.Model, model_cfg, batches, num_classes: int)
     """Set the parameters a model computes from the train split before training (nbsvm: its naive Bayes
     ratios); None for models that have none. `batches`: (model input, labels) over the whole split."""
     if model_cfg.name == "nbsvm":
-        return fit_nb_ratios(model, batches, num_classes, min_documents=int(model_cfg.min_documents or 1))
+        return fit_nb_ratios(model, batches, num_classes, min_documents=int(model_cfg.min_documents))
     return None
 
 

@@ -125,9 +125,9 @@ def build_resnet(cfg, num_classes: int) -> keras.Model:
     filters = list(cfg.model.filters)
     inputs = keras.Input(shape=(height, width, channels), dtype="uint8", name="image")
     x = inputs
-    if getattr(cfg.model, "augment", False):
+    if cfg.model.augment:
         x = RandomFlipCrop(pad=4, seed=int(cfg.train.seed), name="augment")(x)
-    tta = bool(getattr(cfg.model, "tta_flip", False))
+    tta = bool(cfg.model.tta_flip)
     if tta:
         x = FlipTTAExpand(name="tta_expand")(x)
     x = layers.Rescaling(1.0 / 255.0, name="rescale")(x)

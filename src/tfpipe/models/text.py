@@ -104,8 +104,8 @@ def _ngram_input(cfg, vocab_size: int):
     if not vocab_size or vocab_size <= 0:
         raise ValueError(f"vocab_size={vocab_size!r}: the text model needs the vocabulary size (tokens in vocab.txt)")
     base = vocab_size + NUM_SPECIAL_TOKENS
-    ngrams = int(cfg.model.ngrams or 1)
-    buckets = int(cfg.model.hash_buckets or 0) if ngrams > 1 else 0
+    ngrams = int(cfg.model.ngrams)
+    buckets = int(cfg.model.hash_buckets) if ngrams > 1 else 0
     inputs = keras.Input(shape=(cfg.dataset.sequence_length,), dtype="int64", name="tokens")
     ids = HashedNgrams(base, ngrams, buckets, name="ngrams")(inputs) if ngrams > 1 else inputs
     return inputs, ids, base + buckets

@@ -45,7 +45,7 @@ def resolve_tracking_uri(tracking_cfg, project_root) -> str:
     if env:
         return env
     root = store_root(project_root)
-    uri = (getattr(tracking_cfg, "uri", None) or "").strip()
+    uri = (tracking_cfg.uri or "").strip()
     if not uri:
         return f"sqlite:///{root / 'mlflow.db'}"
     return _anchor(uri, root)
@@ -82,7 +82,7 @@ def artifact_location_for(tracking_cfg, project_root, uri: str) -> str | None:
     A remote tracking server decides where artifacts go (its artifact root / proxy); a local
     path from this machine would be wrong there, so None lets the server choose.
     """
-    location = getattr(tracking_cfg, "artifact_location", None)
+    location = tracking_cfg.artifact_location
     if not location or not is_local(uri):
         return None
     if "://" in location or location.startswith("file:"):

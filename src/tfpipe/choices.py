@@ -1,0 +1,25 @@
+"""The names config accepts, in one TensorFlow-free module: the config schema checks against these and the
+registries (`distribute.STRATEGY_BUILDERS`, `models.MODEL_BUILDERS`, `data.inputs.SHARD_POLICIES`,
+`textnorm.STANDARDIZERS`) are built from them; tests/test_config.py asserts they agree."""
+
+from __future__ import annotations
+
+DATASETS = ("cifar10", "imdb")
+MODALITIES = ("image", "text")
+IMAGE_MODELS = ("cnn", "resnet")
+TEXT_MODELS = ("embedding_gap", "ngram_bag", "nbsvm")
+MODELS = IMAGE_MODELS + TEXT_MODELS
+STRATEGIES = ("one_device", "auto", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server", "tpu")
+MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
+COMMUNICATIONS = ("auto", "ring", "nccl")
+LR_SCALINGS = ("none", "linear")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+PRECISION_CHOICES = PRECISIONS + ("auto",)  # auto: resolved from the hardware at start (tfpipe.precision)
+OPTIMIZERS = ("adam", "adamw", "sgd")
+LR_SCHEDULES = ("constant", "cosine", "onecycle")
+SOURCES = ("tfds", "directory")
+ON_BAD_FILE = ("fail", "skip")
+SHARD_POLICIES = ("auto", "file", "data")  # how input pipelines (workers) split the train split
+STANDARDIZERS = ("strip_punctuation", "split_punctuation")  # text: how text is cut before whitespace splitting
+# tracking.uri schemes MLflow's own stores understand (a plain folder path is allowed too)
+TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "databricks", "postgresql", "mysql", "mssql")

@@ -1,0 +1,67 @@
+"""One-line checks of single values: each raises ConfigError naming the key, the value and what is allowed."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any, Optional
+
+from tfpipe.choices import TRACKING_SCHEMES
+from tfpipe.errors import ConfigError
+
+# a tf.distribute device string: [/job:J][/replica:R][/task:T]/[device:]TYPE[:INDEX]
+DEVICE_RE = re.compile(
+    r"^(?:/job:[A-Za-z0-9_-]+)?(?:/replica:\d+)?(?:/task:\d+)?/?(?:device:)?(?P<type>cpu|gpu|tpu)(?::(?P<index>\d+))?$",
+    re.IGNORECASE,
+)
+
+
+def did_you_mean(value: Any, allowed, prefix: str = "", suffix: str = "") -> str:
+    hint = difflib.get_close_matches(str(value), list(allowed), n=1)
+    return f" (did you mean '{prefix}{hint[0]}{suffix}'?)" if hint else ""
+
+
+def choice(key: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r}: not allowed{did_you_mean(value, allowed)}; allowed: {', '.join(allowed)}")
+
+
+def positive(key: str, value: Any, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if value is None or value <= 0:
+        raise ConfigError(f"{key}={value!r}: must be > 0")
+
+
+def non_negative(key: str, value: float) -> None:
+    if value < 0:
+        raise ConfigError(f"{key}={value!r}: must be >= 0")
+
+
+def device(key: str, value: str) -> None:
+    """A tf.distribute device string (whether the device exists is checked at stage start: tfpipe.preflight)."""
+    if not DEVICE_RE.match(str(value).strip()):
+        raise ConfigError(
+            f"{key}={value!r}: not a device name; allowed: /cpu:N, /gpu:N, /tpu:N "
+            "(or the long form /job:J/replica:R/task:T/device:GPU:N)"
+        )
+
+
+def tracking_uri(key: str, uri: Optional[str]) -> None:
+    """Refuse a tracking URI MLflow would choke on late (typo in the scheme, no host)."""
+    if uri is None or not str(uri).strip():
+        return
+    uri = str(uri).strip()
+    if uri.startswith("databricks") or "://" not in uri:
+        if uri.startswith(("sqlite:", "http:", "https:")):  # scheme without '//'
+            raise ConfigError(f"{key}={uri!r}: missing '//' after the scheme; e.g. sqlite:///mlflow.db, http://host:5000")
+        return  # a folder path (file store), file:PATH or databricks[://profile]
+    scheme = uri.split("://", 1)[0].lower()
+    base = scheme.split("+", 1)[0]  # postgresql+psycopg2
+    if base not in TRACKING_SCHEMES:
+        raise ConfigError(
+            f"{key}={uri!r}: unknown scheme '{scheme}'{did_you_mean(base, TRACKING_SCHEMES)}; allowed: "
+            f"{', '.join(TRACKING_SCHEMES)} or a folder path"
+        )
+    if base in ("http", "https") and not uri.split("://", 1)[1].split("/", 1)[0]:
+        raise ConfigError(f"{key}={uri!r}: no host; allowed: http(s)://HOST[:PORT]")

@@ -1,0 +1,88 @@
+"""Config keys: the schema type at a dotted key, and the one-line 'unknown config key' error with a
+did-you-mean (also for the keys people type that the schema calls otherwise)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from typing import Any, Optional
+
+from tfpipe.config.checks import did_you_mean
+from tfpipe.errors import ConfigError
+
+# keys people type that the schema calls otherwise: unknown key -> the key to use (and why)
+KEY_HINTS = {
+    "train.batch_size": ("train.batch_size_per_replica", "the batch is set per replica; global = per replica x replicas"),
+    "train.global_batch_size": (
+        "train.batch_size_per_replica",
+        "the batch is set per replica; global = per replica x replicas, so it always divides evenly",
+    ),
+    "train.lr": ("train.optimizer.learning_rate", None),
+    "train.learning_rate": ("train.optimizer.learning_rate", None),
+    "train.optimizer.lr": ("train.optimizer.learning_rate", None),
+    "train.precision": ("precision.policy", None),
+    "train.strategy": ("strategy.name", None),
+    "precision.name": ("precision.policy", None),
+    "data.batch_size": ("train.batch_size_per_replica", "the batch is set per replica"),
+}
+
+
+def _children(tp) -> dict:
+    from tfpipe.config.schema import MODEL_SCHEMAS, ModelConfig
+
+    if tp is ModelConfig:  # model.*: a key of any model schema (the selected one is checked after composing)
+        merged: dict = {}
+        for cls in MODEL_SCHEMAS.values():
+            merged.update(typing.get_type_hints(cls))
+        return merged
+    return typing.get_type_hints(tp)
+
+
+def schema_key(dotted: str, value: Any = None) -> Any:
+    """The schema type at a dotted key, or ConfigError naming the unknown part (with a did-you-mean)."""
+    from tfpipe.config.load import Config
+
+    tp: Any = Config
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        parent = ".".join(parts[:i])
+        if not dataclasses.is_dataclass(tp):
+            raise ConfigError(f"{dotted}: unknown config key; '{parent}' is a value, not a section")
+        children = _children(tp)
+        if part not in children:
+            raise unknown_key(".".join(parts[: i + 1]), list(children), value=value, typed=dotted)
+        tp = children[part]
+    return tp
+
+
+def schema_type(dotted: str) -> Optional[Any]:
+    """The type at a key such as 'model.filters[1]' (a list's element type), None when there is none."""
+    index = re.search(r"\[\d+\]$", dotted)
+    try:
+        tp = schema_key(re.sub(r"\[\d+\]$", "", dotted))
+    except ConfigError:
+        return None
+    if index:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        inner = typing.get_args(args[0]) if args and typing.get_origin(args[0]) is list else typing.get_args(tp)
+        return inner[0] if inner else None
+    return tp
+
+
+def unknown_key(dotted: str, allowed: list, value: Any = None, typed: Optional[str] = None) -> ConfigError:
+    """'<key>=<value>: unknown config key (did you mean ...?); allowed keys under <parent>: ...'
+
+    `dotted` is the key up to the unknown part, `typed` the whole key as given (may go deeper)."""
+    typed = typed or dotted
+    rest = typed[len(dotted):]  # '.epochs' when 'trian.epochs' was typed
+    parent, _, leaf = dotted.rpartition(".")
+    prefix = f"{parent}." if parent else ""
+    hint = KEY_HINTS.get(typed) or KEY_HINTS.get(dotted)
+    if hint:
+        suggestion, why = hint
+        mean = f" (did you mean '{suggestion}'?{' ' + why if why else ''})"
+    else:
+        mean = did_you_mean(leaf, allowed, prefix, rest)
+    shown = f"{typed}={value}" if value not in (None, "") else typed
+    return ConfigError(f"{shown}: unknown config key{mean}; allowed keys under '{parent or '<root>'}': {', '.join(allowed)}")

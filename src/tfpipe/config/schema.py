@@ -1,0 +1,266 @@
+"""The config schema: one dataclass per section, and one per model where models differ. Each knows its own
+checks (`check(cfg)`: allowed names, ranges, cross-field rules), raising a one-line ConfigError that names
+the key, the value and what is allowed. Defaults live here once; conf/ sets every value explicitly."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from tfpipe import choices
+from tfpipe.config.checks import choice, device, non_negative, positive, tracking_uri
+from tfpipe.errors import ConfigError
+
+
+@dataclass
+class DatasetConfig:
+    name: str = "cifar10"
+    modality: str = "image"
+    tfds_name: str = "cifar10"
+    image_size: Optional[List[int]] = None
+    channels: Optional[int] = None
+    max_tokens: Optional[int] = None
+    sequence_length: Optional[int] = None
+    standardize: Optional[str] = None  # text only: choices.STANDARDIZERS
+
+    def check(self, cfg) -> None:
+        choice("dataset.name", self.name, choices.DATASETS)
+        choice("dataset.modality", self.modality, choices.MODALITIES)
+        if self.modality == "image":
+            size = self.image_size
+            if not size or len(size) != 2 or min(size) <= 0:
+                raise ConfigError(f"dataset.image_size={size!r}: expected [height, width] of positive integers")
+            if self.channels not in (1, 3):
+                raise ConfigError(f"dataset.channels={self.channels!r}: allowed: 1, 3")
+        else:
+            positive("dataset.max_tokens", self.max_tokens)
+            positive("dataset.sequence_length", self.sequence_length)
+            choice("dataset.standardize", self.standardize, choices.STANDARDIZERS)
+
+
+@dataclass
+class ModelConfig:
+    """What every model has: the classifier head (tfpipe.models.head)."""
+
+    name: str = "cnn"
+    dense_units: int = 64  # hidden dense layer before the logits (0: none, where the model allows it)
+    dropout: float = 0.0
+
+    def check(self, cfg) -> None:
+        choice("model.name", self.name, choices.MODELS)
+        modality = cfg.dataset.modality
+        wanted = choices.IMAGE_MODELS if modality == "image" else choices.TEXT_MODELS
+        if self.name not in wanted:
+            raise ConfigError(
+                f"model.name={self.name!r}: is not a {modality} model, but dataset {cfg.dataset.name!r} is "
+                f"{modality}; allowed: {', '.join(wanted)}"
+            )
+        if self.name in ("resnet", "ngram_bag", "nbsvm"):  # 0: no hidden dense layer in the head
+            non_negative("model.dense_units", self.dense_units)
+        else:
+            positive("model.dense_units", self.dense_units)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout={self.dropout!r}: must be in [0, 1)")
+
+
+def _filters(values) -> None:
+    if not values or min(values) <= 0:
+        raise ConfigError(f"model.filters={values!r}: expected a non-empty list of positive integers")
+
+
+@dataclass
+class CnnConfig(ModelConfig):
+    name: str = "cnn"
+    filters: List[int] = field(default_factory=lambda: [32, 64, 64])
+
+    def check(self, cfg) -> None:
+        super().check(cfg)
+        _filters(self.filters)
+
+
+@dataclass
+class ResnetConfig(ModelConfig):
+    name: str = "resnet"
+    dense_units: int = 0
+    filters: List[int] = field(default_factory=lambda: [32, 64, 128, 256])
+    augment: bool = True  # random flip + crop while training (inside the model)
+    tta_flip: bool = True  # average predictions over the image and its mirror at inference
+
+    def check(self, cfg) -> None:
+        super().check(cfg)
+        _filters(self.filters)
+
+
+@dataclass
+class EmbeddingGapConfig(ModelConfig):
+    name: str = "embedding_gap"
+    dense_units: int = 16
+    embedding_dim: int = 16
+
+    def check(self, cfg) -> None:
+        super().check(cfg)
+        positive("model.embedding_dim", self.embedding_dim)
+
+
+def _ngrams(ngrams: int, hash_buckets: int) -> None:
+    if ngrams is None or ngrams < 1:
+        raise ConfigError(f"model.ngrams={ngrams!r}: must be >= 1")
+    if ngrams > 1:
+        positive("model.hash_buckets", hash_buckets)
+
+
+@dataclass
+class NgramBagConfig(ModelConfig):
+    name: str = "ngram_bag"
+    dense_units: int = 0
+    embedding_dim: int = 32
+    ngrams: int = 2  # longest token n-gram (1: unigrams only)
+    hash_buckets: int = 1000000  # hashed ids for the n-grams longer than 1
+
+    def check(self, cfg) -> None:
+        super().check(cfg)
+        positive("model.embedding_dim", self.embedding_dim)
+        _ngrams(self.ngrams, self.hash_buckets)
+
+
+@dataclass
+class NbsvmConfig(ModelConfig):
+    name: str = "nbsvm"
+    dense_units: int = 0
+    ngrams: int = 3
+    hash_buckets: int = 16000000
+    min_documents: int = 7  # features in fewer train documents get no weight
+
+    def check(self, cfg) -> None:
+        super().check(cfg)
+        positive("model.min_documents", self.min_documents)
+        _ngrams(self.ngrams, self.hash_buckets)
+
+
+MODEL_SCHEMAS = {
+    "cnn": CnnConfig,
+    "resnet": ResnetConfig,
+    "embedding_gap": EmbeddingGapConfig,
+    "ngram_bag": NgramBagConfig,
+    "nbsvm": NbsvmConfig,
+}
+
+
+@dataclass
+class DataConfig:
+    source: str = "tfds"
+    path: str = "data/raw"
+    tfds_data_dir: Optional[str] = None
+    train_split: str = "train"
+    test_split: str = "test"
+    validation_split: Optional[str] = None
+    validation_fraction: float = 0.1
+    max_examples_per_split: Optional[int] = None
+    examples_per_shard: int = 10000
+    on_bad_file: str = "fail"
+    output_dir: str = "data/prepared"
+    seed: int = 42
+
+    def check(self, cfg) -> None:
+        choice("data.source", self.source, choices.SOURCES)
+        if self.source == "tfds" and not cfg.dataset.tfds_name:
+            raise ConfigError("dataset.tfds_name: empty; the tfds source needs the TensorFlow Datasets name (e.g. cifar10)")
+        choice("data.on_bad_file", self.on_bad_file, choices.ON_BAD_FILE)
+        if self.source == "directory" and not self.path:
+            raise ConfigError("data.path: empty; the directory source needs the folder holding the split folders")
+        if not self.train_split or not self.test_split:
+            raise ConfigError("data.train_split / data.test_split: must name a split")
+        if self.validation_split is None and not 0.0 < self.validation_fraction < 1.0:
+            raise ConfigError(f"data.validation_fraction={self.validation_fraction!r}: must be in (0, 1)")
+        positive("data.max_examples_per_split", self.max_examples_per_split, allow_none=True)
+        positive("data.examples_per_shard", self.examples_per_shard)
+        if not self.output_dir:
+            raise ConfigError("data.output_dir: empty; name the folder for the prepared TFRecords")
+
+
+@dataclass
+class StrategyConfig:
+    name: str = "one_device"
+    device: Optional[str] = "/cpu:0"
+    devices: Optional[List[str]] = None  # mirrored/central_storage: explicit device list
+    num_logical_cpus: int = 0  # >1: split the CPU into N logical devices (replicas) at process start
+    communication: str = "auto"  # multi_worker_mirrored collectives: auto | ring | nccl
+    num_workers: int = 2  # local launcher: worker processes (multi_worker_mirrored, parameter_server)
+    num_ps: int = 1  # local launcher: parameter-server processes (parameter_server)
+    min_shard_bytes: int = 262144  # parameter_server partitioner: smallest variable shard
+    max_shards: int = 1  # parameter_server partitioner: 1 = no partitioning
+    tpu: Optional[str] = None  # tpu: TPUClusterResolver name/address ('' or null: local TPU)
+    max_restarts: int = 0  # local launcher: restarts of the whole job after a process dies
+    stop_grace_seconds: float = 10.0  # local launcher: SIGTERM -> SIGKILL delay when stopping the others
+
+    def check(self, cfg) -> None:
+        choice("strategy.name", self.name, choices.STRATEGIES)
+        choice("strategy.communication", self.communication, choices.COMMUNICATIONS)
+        non_negative("strategy.num_logical_cpus", self.num_logical_cpus)
+        for key in ("num_workers", "min_shard_bytes", "max_shards", "stop_grace_seconds"):
+            positive(f"strategy.{key}", getattr(self, key))
+        if self.name == "parameter_server":
+            positive("strategy.num_ps", self.num_ps)
+        non_negative("strategy.max_restarts", self.max_restarts)
+        if self.devices is not None and not self.devices:
+            raise ConfigError("strategy.devices=[]: give at least one device, or null for all devices")
+        if self.device is not None:
+            device("strategy.device", self.device)
+        for i, name in enumerate(self.devices or []):
+            device(f"strategy.devices[{i}]", name)
+        if self.devices and len(set(d.lower() for d in self.devices)) != len(self.devices):
+            raise ConfigError(f"strategy.devices={self.devices!r}: lists a device twice; allowed: distinct devices")
+
+
+@dataclass
+class PrecisionConfig:
+    policy: str = "float32"
+
+    def check(self, cfg) -> None:
+        choice("precision.policy", self.policy, choices.PRECISION_CHOICES)
+        if cfg.strategy.name == "tpu" and self.policy == "mixed_float16":
+            raise ConfigError(
+                "precision.policy='mixed_float16': TPUs compute in bfloat16, not float16 (strategy.name=tpu); "
+                "allowed with tpu: mixed_bfloat16, float32"
+            )
+
+
+@dataclass
+class TrackingConfig:
+    uri: Optional[str] = None
+    experiment_name: str = "tfpipe"
+    artifact_location: Optional[str] = "mlartifacts"
+    log_model: bool = True
+    run_file: str = "run.json"
+
+    def check(self, cfg) -> None:
+        tracking_uri("tracking.uri", self.uri)
+        if not self.experiment_name:
+            raise ConfigError("tracking.experiment_name: empty; name the MLflow experiment")
+        if not self.run_file:
+            raise ConfigError("tracking.run_file: empty; name the file that hands the run id to evaluate")
+
+
+def section_schemas(raw: dict) -> dict:
+    """Section name -> schema class for a raw config (the model's schema is picked by model.name)."""
+    from tfpipe.config.train_schema import TrainConfig
+
+    model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
+    name = model.get("name", "cnn")
+    if name not in MODEL_SCHEMAS:
+        choice("model.name", name, choices.MODELS)
+    return {
+        "model": MODEL_SCHEMAS[name],
+        "dataset": DatasetConfig,
+        "data": DataConfig,
+        "strategy": StrategyConfig,
+        "precision": PrecisionConfig,
+        "train": TrainConfig,
+        "tracking": TrackingConfig,
+    }
+
+
+def fields_of(cls) -> list:
+    return [f.name for f in dataclasses.fields(cls)]
+

@@ -1,0 +1,94 @@
+"""The `train` section's schema: optimisation, checkpoints, logging and monitoring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from tfpipe import choices
+from tfpipe.config.checks import choice, non_negative, positive
+from tfpipe.errors import ConfigError
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "adam"
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.0
+    momentum: float = 0.9
+    nesterov: bool = False  # sgd only
+
+    def check(self) -> None:
+        choice("train.optimizer.name", self.name, choices.OPTIMIZERS)
+        positive("train.optimizer.learning_rate", self.learning_rate)
+        non_negative("train.optimizer.weight_decay", self.weight_decay)
+        non_negative("train.optimizer.momentum", self.momentum)
+
+
+@dataclass
+class LRScheduleConfig:
+    name: str = "constant"
+    warmup_epochs: float = 0.0
+
+    def check(self, epochs: int) -> None:
+        choice("train.lr_schedule.name", self.name, choices.LR_SCHEDULES)
+        non_negative("train.lr_schedule.warmup_epochs", self.warmup_epochs)
+        if self.warmup_epochs > epochs:
+            raise ConfigError(f"train.lr_schedule.warmup_epochs={self.warmup_epochs!r}: must be <= train.epochs ({epochs})")
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 3
+    batch_size_per_replica: int = 64
+    steps_per_epoch: Optional[int] = None
+    seed: int = 42
+    deterministic: bool = True
+    shuffle_buffer: int = 10000
+    cache: bool = True
+    label_smoothing: float = 0.0
+    checkpoint_every_steps: int = 500
+    max_checkpoints_to_keep: int = 3
+    log_every_steps: int = 50
+    lr_scaling: str = "none"
+    grad_accumulation_steps: int = 1
+    steps_per_execution: int = 10  # optimizer steps per compiled call (fewer Python round trips)
+    shard_policy: str = "auto"  # how workers split the train split: auto | file | data
+    tensorboard: bool = True  # monitoring: TensorBoard summaries (tfpipe.monitoring)
+    tensorboard_dir: str = "tensorboard"  # relative to models/<dataset>/ (absolute: as given)
+    histogram_every_epochs: int = 1  # weight histograms every N epochs; 0: none
+    profile_steps: Optional[str] = None  # 'FIRST-LAST' global steps to trace with the profiler
+    log_device_placement: bool = False  # tf.debugging.set_log_device_placement while training
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
+
+    def check(self, cfg) -> None:
+        for key in ("epochs", "batch_size_per_replica", "shuffle_buffer", "checkpoint_every_steps",
+                    "max_checkpoints_to_keep", "log_every_steps", "grad_accumulation_steps", "steps_per_execution"):
+            positive(f"train.{key}", getattr(self, key))
+        positive("train.steps_per_epoch", self.steps_per_epoch, allow_none=True)
+        choice("train.lr_scaling", self.lr_scaling, choices.LR_SCALINGS)
+        choice("train.shard_policy", self.shard_policy, choices.SHARD_POLICIES)
+        if not self.tensorboard_dir:
+            raise ConfigError("train.tensorboard_dir: empty; name the TensorBoard log folder (relative to models/<dataset>)")
+        non_negative("train.histogram_every_epochs", self.histogram_every_epochs)
+        from tfpipe.monitoring import parse_profile_steps
+
+        parse_profile_steps(self.profile_steps)  # 'FIRST-LAST', 1 <= FIRST <= LAST
+        self._check_accumulation(cfg.strategy.name)
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"train.label_smoothing={self.label_smoothing!r}: must be in [0, 1)")
+        self.optimizer.check()
+        self.lr_schedule.check(self.epochs)
+
+    def _check_accumulation(self, strategy: str) -> None:
+        n = self.grad_accumulation_steps
+        if n > 1 and strategy == "parameter_server":
+            raise ConfigError(
+                f"train.grad_accumulation_steps={n}: not supported with strategy.name=parameter_server "
+                "(asynchronous updates); allowed: 1"
+            )
+        if self.steps_per_epoch is not None and self.steps_per_epoch % n:
+            raise ConfigError(
+                f"train.steps_per_epoch={self.steps_per_epoch}: must be a multiple of train.grad_accumulation_steps ({n})"
+            )
