@@ -113,7 +113,8 @@ def test_dvc_repro_produces_a_complete_mlflow_run(repro_project):
         assert key in tags, sorted(tags)
 
     artifacts = {a.path for a in client.list_artifacts(run_id)}
-    assert {"config", "metrics", "plots", "saved_model", "checkpoints"} <= artifacts, artifacts
+    assert {"config", "metrics", "plots", "checkpoints"} <= artifacts, artifacts
+    assert "saved_model" not in artifacts  # uploaded once: inside the logged model (tag model_uri)
     plots = {a.path for a in client.list_artifacts(run_id, "plots")}
     assert {"plots/history.csv", "plots/confusion_matrix.csv", "plots/confusion_matrix.png"} <= plots
 

@@ -259,7 +259,11 @@ def test_metrics_are_buffered_then_arrive_with_their_steps(cfg, project):
         for step in range(3):  # 6 values < 7: still buffered
             run.log_metrics({"train_loss": 1.0 / (step + 1), "lr": np.float32(0.1)}, step=step)
         assert client.get_metric_history(run.run_id, "train_loss") == []
-        run.log_metrics({"train_loss": 0.25, "lr": 0.1}, step=3)  # 8 values: one batch sent
+        run.log_metrics({"train_loss": 0.25, "lr": 0.1}, step=3)  # 8 values: one batch sent (background thread)
+        for _ in range(100):
+            if len(client.get_metric_history(run.run_id, "train_loss")) == 4:
+                break
+            time.sleep(0.1)
         assert len(client.get_metric_history(run.run_id, "train_loss")) == 4
         for step in range(4, 20):
             run.log_metrics({"train_loss": 1.0 / (step + 1), "lr": 0.1, "bad key!": 1.0, "note": "n/a"}, step=step)
@@ -435,8 +439,9 @@ def test_log_model_refuses_a_missing_saved_model(cfg, project, tmp_path):
             run.log_model(tmp_path / "nope", modality="image", class_names=["a"])
 
 
-def test_log_latest_checkpoint_logs_only_the_newest(cfg, project, tmp_path):
+def test_the_newest_checkpoint_is_logged_alone(cfg, project, tmp_path):
     from tfpipe import tracking
+    from tfpipe.workdir import WorkDir
 
     ckpt = tmp_path / "checkpoints"
     ckpt.mkdir()
@@ -446,8 +451,10 @@ def test_log_latest_checkpoint_logs_only_the_newest(cfg, project, tmp_path):
     (ckpt / "checkpoint").write_text('model_checkpoint_path: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-1"\n'
                                      'all_model_checkpoint_paths: "ckpt-2"\n')
     (ckpt / "history.json").write_text("[]")
+    files, prefix = WorkDir(tmp_path).latest_checkpoint()
+    assert prefix == "ckpt-2"
     with tracking.start_run(cfg, project, stage="train") as run:
-        assert run.log_latest_checkpoint(ckpt) == "ckpt-2"
+        run.log_checkpoint_files(files, prefix)
     logged = {a.path for a in _client(project).list_artifacts(run.run_id, "checkpoints")}
     assert logged == {"checkpoints/checkpoint", "checkpoints/ckpt-2.index", "checkpoints/ckpt-2.data-00000-of-00001",
                       "checkpoints/history.json"}
@@ -510,3 +517,32 @@ def test_two_processes_creating_one_new_sqlite_store_at_once(tmp_path):
     from mlflow import MlflowClient
 
     assert MlflowClient(tracking_uri=uri).get_experiment("0").name == "Default"
+
+
+def test_redaction_survives_a_thread_changing_the_environment():
+    """MLflow's telemetry thread removes variables while a stage reads the environment (a KeyError crashed
+    the train stage at start, intermittently): reading must not depend on the environment standing still."""
+    import threading
+
+    from tfpipe.tracking.redact import secret_env_values
+
+    stop = threading.Event()
+
+    def churn():
+        i = 0
+        while not stop.is_set():
+            name = f"TFPIPE_TEST_CHURN_{i % 50}"
+            os.environ[name] = "x" * 20
+            os.environ.pop(name, None)
+            i += 1
+
+    os.environ["TFPIPE_TEST_API_TOKEN"] = "s3cr3t-value-0123456789"
+    worker = threading.Thread(target=churn, daemon=True)
+    worker.start()
+    try:
+        for _ in range(3000):
+            assert "s3cr3t-value-0123456789" in secret_env_values()
+    finally:
+        stop.set()
+        worker.join()
+        os.environ.pop("TFPIPE_TEST_API_TOKEN", None)

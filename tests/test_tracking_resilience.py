@@ -117,7 +117,7 @@ def _history(url, run_id, key):
 
 def test_metrics_survive_server_restarts_mid_run_and_at_close(server, cfg, tmp_path, monkeypatch):
     from tfpipe import tracking
-    from tfpipe.tracking import run as run_module
+    from tfpipe.tracking import sink as run_module
 
     monkeypatch.setattr(run_module, "RETRY_BASE_SECONDS", 0.5)
     monkeypatch.setattr(run_module, "RETRY_MAX_SECONDS", 2.0)
@@ -136,7 +136,11 @@ def test_metrics_survive_server_restarts_mid_run_and_at_close(server, cfg, tmp_p
             step += 1
         return slowest
 
-    log(10)  # flushed in batches while the server is up
+    log(10)  # flushed in batches (by the sink's background thread) while the server is up
+    for _ in range(100):
+        if len(_history(server.url, run.run_id, "train_loss")) >= 8:
+            break
+        time.sleep(0.1)
     assert len(_history(server.url, run.run_id, "train_loss")) >= 8
 
     server.stop()  # ---- outage: the loop keeps going, values are buffered
@@ -144,15 +148,15 @@ def test_metrics_survive_server_restarts_mid_run_and_at_close(server, cfg, tmp_p
     slowest = log(30)
     assert slowest < 5.0, f"a log_metrics call blocked {slowest:.1f}s while the server was down"
     assert time.monotonic() - outage_started < 15.0
-    assert run._buffer, "values must be kept while the store is down"
+    assert run.metrics.pending, "values must be kept while the store is down"
 
     server.start()  # ---- back: the next due flush after the backoff sends everything
     for _ in range(200):  # bounded: at most ~20 s of steps
         log(1)
-        if not run._buffer:
+        if not run.metrics.pending:
             break
         time.sleep(0.1)
-    assert not run._buffer, "buffered values were not sent after the server came back"
+    assert not run.metrics.pending, "buffered values were not sent after the server came back"
 
     server.freeze()  # ---- hung at close (requests time out): closing retries until it answers again
     log(5)

@@ -386,7 +386,9 @@ def rerun(run_id: str, root, uri: Optional[str] = None, *, tolerance: float = 0.
             (wt / ".dvc").mkdir(exist_ok=True)
             (wt / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {root / '.dvc' / 'cache'}\n")
         store = f"sqlite:///{tmp / 'mlflow.db'}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DVC_"))}
+        from tfpipe.tracking.redact import environ_snapshot
+
+        env = {k: v for k, v in environ_snapshot().items() if not k.startswith(("MLFLOW_", "DVC_"))}
         env.update(MLFLOW_TRACKING_URI=store, PYTHONPATH=os.pathsep.join([str(wt / "src"), env.get("PYTHONPATH", "")]),
                    DVC_NO_ANALYTICS="1", TF_CPP_MIN_LOG_LEVEL="2")
         dvc = [sys.executable, "-m", "dvc", "repro"]

@@ -98,22 +98,24 @@ def _log_training(run, cfg: Config, result, workdir: WorkDir, root: Path, prepar
     _write_history(root / HISTORY_CSV, result.history)
     run.log_artifact(root / TRAIN_METRICS, "metrics")
     run.log_artifact(root / HISTORY_CSV, "plots")
-    run.log_latest_checkpoint(result.checkpoint_dir)
+    files_, prefix = result.workdir.latest_checkpoint()
+    run.log_checkpoint_files(files_, prefix)
     run.log_provenance(prov)
     run.log_text(provenance.pip_freeze(), "provenance/pip_freeze.txt")  # the exact environment
-    run.log_artifacts(result.saved_model_dir, "saved_model")
     from tfpipe.monitoring import log_dir_for
 
     tensorboard_dir = log_dir_for(cfg.train, workdir.path)  # summaries + profiler trace of this run
     if tensorboard_dir.is_dir():
         run.log_artifacts(tensorboard_dir, "tensorboard")
-    if cfg.tracking.log_model:
+    if cfg.tracking.log_model:  # the SavedModel is uploaded once: inside the logged model, or as saved_model/
         run.log_model(
             result.saved_model_dir,
             modality=cfg.dataset.modality,
             input_example=_input_example(prepared, manifest),
             class_names=manifest["class_names"],
         )
+    else:
+        run.log_artifacts(result.saved_model_dir, "saved_model")
 
 
 def run_evaluate(cfg: Config, root: Path):

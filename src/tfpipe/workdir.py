@@ -119,9 +119,10 @@ class WorkDir:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
 
-    def latest_checkpoint_files(self) -> List[Path]:
+    def latest_checkpoint(self) -> tuple[List[Path], str]:
         """The newest checkpoint's files (per `tf.train.get_checkpoint_state`) and the folder's other files
-        (history, fingerprint, run id); not the state file, which names every kept checkpoint."""
+        (history, fingerprint, run id), and the checkpoint's prefix; not the state file, which names every
+        kept checkpoint."""
         import tensorflow as tf
 
         state = tf.train.get_checkpoint_state(str(self.checkpoint_dir))
@@ -134,7 +135,7 @@ class WorkDir:
             stem = path.name.split(".")[0]
             if path.is_file() and path.name != "checkpoint" and (stem not in kept or stem == prefix):
                 chosen.append(path)
-        return chosen
+        return chosen, prefix
 
     # -- history (epoch rows across resumes)
 

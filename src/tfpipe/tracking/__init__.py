@@ -7,15 +7,23 @@
         training.train(..., sink=run)                            # run.log_metrics(metrics, step), batched
         run.log_model(saved_model_dir, modality=..., input_example=..., class_names=...)
 
-Modules: `backend` (tracking URI, reachability, experiment), `run` (the Run handle),
+Modules: `backend` (tracking URI, reachability, experiment), `opening` (start/resume a run, sweep parents),
+`run` (the Run handle), `sink` (the buffered metrics, sent by a background thread),
 `tags` (standard tags), `redact` (credentials -> '***'), `datasets` (manifest -> mlflow.data),
 `models` + `serving_model.py` (the pyfunc model, models-from-code).
 """
 
-from tfpipe.errors import TrackingError
+import os
+
+# MLflow's usage telemetry is off in tfpipe runs unless the user decides otherwise (MLFLOW_DISABLE_TELEMETRY=false):
+# a team's training pipeline should not report usage from its hosts by default. Set before mlflow is imported.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+from tfpipe.errors import TrackingError  # noqa: E402
 from tfpipe.tracking.backend import check_reachable, resolve_tracking_uri
 from tfpipe.tracking.redact import is_secret_key, redact
-from tfpipe.tracking.run import NullRun, ParentRun, Run, context_tags, read_run_file, resume_run, start_run
+from tfpipe.tracking.opening import ParentRun, context_tags, read_run_file, resume_run, start_run
+from tfpipe.tracking.run import NullRun, Run
 from tfpipe.tracking.tags import dvc_lock_tags, run_name, run_tags
 
 __all__ = [

@@ -20,7 +20,8 @@ from mlflow.exceptions import MlflowException
 from tfpipe.errors import TrackingError
 from tfpipe.tracking import backend
 from tfpipe.tracking.redact import redact_url
-from tfpipe.tracking.run import CONFIG_ARTIFACT, _one_line
+from tfpipe.errors import one_line as _one_line
+from tfpipe.tracking.run import CONFIG_ARTIFACT
 
 PROVENANCE_ARTIFACT = "provenance/provenance.json"
 DVC_LOCK_ARTIFACT = "provenance/dvc.lock"

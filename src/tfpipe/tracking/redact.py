@@ -43,11 +43,23 @@ def is_secret_key(key: str) -> bool:
     return any(s in squashed for s in _SECRET_SUBSTRINGS)
 
 
+def environ_snapshot(environ=None) -> dict:
+    """A copy of the environment that a concurrent change cannot break: MLflow's threads (telemetry) add and
+    remove variables while we read, and iterating os.environ then raises KeyError for a vanished name."""
+    if environ is not None:
+        return dict(environ)
+    snapshot = {}
+    for name in list(os.environ.keys()):
+        value = os.environ.get(name)
+        if value is not None:
+            snapshot[name] = value
+    return snapshot
+
+
 def secret_env_values(environ=None) -> list:
     """Values of environment variables whose names look like credentials, longest first."""
-    environ = os.environ if environ is None else environ
     values = set()
-    for name, value in environ.items():
+    for name, value in environ_snapshot(environ).items():
         value = (value or "").strip()
         if len(value) < MIN_SECRET_LENGTH or value.lower() in ("true", "false", "none", "null"):
             continue
