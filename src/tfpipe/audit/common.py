@@ -1,0 +1,95 @@
+"""What the audit modules share: item statuses and verdicts, the report table, the run's store, git, paths."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Optional
+
+from tfpipe.errors import UserError  # noqa: F401 - re-exported for the audit modules
+
+MATCH, DIFFERS, NA = "match", "differs", "n/a"
+REPRODUCED, WITHIN_TOLERANCE, DIFFERS_VERDICT = "REPRODUCED", "WITHIN TOLERANCE", "DIFFERS"
+# Wall-clock metrics differ on every run; they are never compared.
+TIMING_MARKERS = ("seconds", "per_sec")
+# environment: tag on the run -> key of provenance.package_versions()
+ENV_TAGS = {"tf_version": "tensorflow", "keras_version": "keras", "mlflow_version": "mlflow",
+            "dvc_version": "dvc", "tfds_version": "tensorflow_datasets", "hydra_version": "hydra"}
+
+
+@dataclasses.dataclass
+class Item:
+    name: str
+    status: str
+    recorded: str = ""
+    present: str = ""
+    detail: str = ""
+
+
+def ok(items) -> bool:
+    return all(item.status != DIFFERS for item in items)
+
+
+def _short(value, n: int = 40) -> str:
+    text = "" if value is None else str(value)
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def format_table(items) -> str:
+    rows = [("item", "status", "recorded", "present", "detail")]
+    rows += [(i.name, i.status, _short(i.recorded, 24), _short(i.present, 24), i.detail) for i in items]
+    widths = [max(len(r[c]) for r in rows) for c in range(4)]
+    return "\n".join(
+        "  ".join(r[c].ljust(widths[c]) for c in range(4)) + ("  " + r[4] if r[4] else "") for r in rows
+    ).rstrip() + "\n"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def tracking_uri_for(root: Path, uri: Optional[str] = None) -> str:
+    """--tracking-uri, else MLFLOW_TRACKING_URI, else the project's params.yaml tracking config."""
+    from tfpipe import config
+    from tfpipe.tracking import resolve_tracking_uri
+
+    if uri:
+        return uri
+    params = root / "params.yaml"
+    tracking_cfg = config.load_params(params).tracking if params.is_file() else config.TrackingConfig()
+    return resolve_tracking_uri(tracking_cfg, root)
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"})
+
+
+def _rooted_dict(cfg_dict: dict, root: Path) -> dict:
+    out = json.loads(json.dumps(cfg_dict))
+    for key in ("path", "output_dir"):
+        value = (out.get("data") or {}).get(key)
+        if value and not os.path.isabs(value):
+            out["data"][key] = str(root / value)
+    return out
+
+
+def _relative_dict(cfg_dict: dict, root: Path) -> dict:
+    """Data paths under `root` made project-relative again (the recorded config holds absolute ones)."""
+    out = json.loads(json.dumps(cfg_dict))
+    for key in ("path", "output_dir"):
+        value = (out.get("data") or {}).get(key)
+        if value and os.path.isabs(value):
+            try:
+                out["data"][key] = str(Path(value).relative_to(root))
+            except ValueError:
+                pass
+    return out
+
+
+def _load(run_id: str, uri: str) -> dict:
+    from tfpipe.tracking import reading
+
+    return reading.load_run(uri, run_id)

@@ -1,0 +1,42 @@
+"""`compare`: what differs between two recorded runs."""
+
+from __future__ import annotations
+
+from tfpipe.audit.common import ENV_TAGS, TIMING_MARKERS, _load, _short
+
+def _comparable_metrics(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if not any(m in k for m in TIMING_MARKERS)}
+
+
+def compare_runs(a: dict, b: dict) -> list:
+    """Rows (section, key, value_a, value_b) for every differing param, tag group and metric."""
+    rows = []
+    for key in sorted(set(a["params"]) | set(b["params"])):
+        if a["params"].get(key) != b["params"].get(key):
+            rows.append(("config", key, a["params"].get(key), b["params"].get(key)))
+    sections = (("code", ("git.",)), ("data", ("data.", "dvc.lock.")),
+                ("environment", ("python_version", *ENV_TAGS, "cpu", "platform", "num_cpus", "gpus")),
+                ("training", ("strategy", "replicas", "device", "precision", "determinism.", "weights.sha256")))
+    for section, prefixes in sections:
+        keys = {k for k in set(a["tags"]) | set(b["tags"]) if k.startswith(prefixes)}
+        for key in sorted(keys):
+            if a["tags"].get(key) != b["tags"].get(key):
+                rows.append((section, key, a["tags"].get(key), b["tags"].get(key)))
+    ma, mb = _comparable_metrics(a["metrics"]), _comparable_metrics(b["metrics"])
+    for key in sorted(set(ma) | set(mb)):
+        if ma.get(key) != mb.get(key):
+            rows.append(("metrics", key, ma.get(key), mb.get(key)))
+    return rows
+
+
+def compare(run_a: str, run_b: str, uri: str) -> list:
+    return compare_runs(_load(run_a, uri), _load(run_b, uri))
+
+
+def format_compare(rows, a: str, b: str) -> str:
+    if not rows:
+        return f"runs {a} and {b}: no differences in config, code, data, environment or metrics\n"
+    table = [("section", "key", f"A {a[:8]}", f"B {b[:8]}")]
+    table += [(s, k, _short(va, 30), _short(vb, 30)) for s, k, va, vb in rows]
+    widths = [max(len(str(r[c])) for r in table) for c in range(4)]
+    return "\n".join("  ".join(str(r[c]).ljust(widths[c]) for c in range(4)).rstrip() for r in table) + "\n"

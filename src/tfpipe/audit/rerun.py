@@ -1,0 +1,173 @@
+"""`rerun`: re-create a recorded run in a temporary git worktree at its commit and judge the outcome."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from tfpipe.audit.common import (DIFFERS_VERDICT, ENV_TAGS, REPRODUCED, WITHIN_TOLERANCE, UserError, _git, _load,
+                                 _relative_dict, _short, tracking_uri_for)
+from tfpipe.audit.compare import _comparable_metrics
+
+@dataclasses.dataclass
+class RerunResult:
+    verdict: str
+    weights_recorded: Optional[str]
+    weights_rerun: Optional[str]
+    differences: list  # (metric, recorded, rerun, abs diff)
+    compared_metrics: int
+    rerun_run_id: Optional[str] = None
+    report: dict = dataclasses.field(default_factory=dict)
+
+
+def judge(recorded: dict, rerun: dict, tolerance: float) -> tuple:
+    """(verdict, differences, n) comparing weight hash tags and every non-timing metric."""
+    wa, wb = recorded["tags"].get("weights.sha256"), rerun["tags"].get("weights.sha256")
+    ma, mb = _comparable_metrics(recorded["metrics"]), _comparable_metrics(rerun["metrics"])
+    diffs, beyond = [], False
+    for key in sorted(set(ma) | set(mb)):
+        a, b = ma.get(key), mb.get(key)
+        if a == b:
+            continue
+        delta = abs(a - b) if a is not None and b is not None else float("inf")
+        diffs.append((key, a, b, delta))
+        beyond = beyond or not delta <= tolerance
+    if wa and wa == wb and not diffs:
+        return REPRODUCED, diffs, len(ma)
+    if not beyond and wa and wb:
+        return WITHIN_TOLERANCE, diffs, len(ma)
+    if not beyond and not wa:  # nothing to prove bit-identity with
+        return WITHIN_TOLERANCE, diffs, len(ma)
+    return DIFFERS_VERDICT, diffs, len(ma)
+
+
+def _copy_tree_linked(src: Path, dst: Path) -> None:
+    def link(s, d):
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+
+    shutil.copytree(src, dst, copy_function=link, symlinks=True)
+
+
+def _recorded_run(run_id: str, root: Path, uri: str, tolerance: float) -> dict:
+    """The run to re-create, refused in one line when it lacks what a re-run needs."""
+    run = _load(run_id, uri)
+    commit = run["tags"].get("git.commit")
+    if not commit:
+        raise UserError(f"run {run_id}: no git.commit tag recorded; cannot re-create it")
+    if run.get("config") is None:
+        raise UserError(f"run {run_id}: no config/resolved.yaml artifact; cannot re-create it")
+    if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+        raise UserError(f"run {run_id}: commit {commit[:12]} is not reachable in {root}")
+    if tolerance < 0:
+        raise UserError(f"--tolerance={tolerance}: must be >= 0")
+    return run
+
+
+def _make_worktree(root: Path, run: dict, tmp: Path, log) -> Path:
+    """A git worktree at the run's commit (plus its recorded diff), its params.yaml, raw data and DVC cache."""
+    import yaml
+
+    commit = run["tags"]["git.commit"]
+    wt = tmp / "worktree"
+    proc = _git(root, "worktree", "add", "--detach", "-q", str(wt), commit)
+    if proc.returncode != 0:
+        raise UserError(f"git worktree add at {commit[:12]} failed: {proc.stderr.strip()[:300]}")
+    if run.get("git_diff"):  # the run was made from a dirty tree: apply its recorded diff
+        patch = tmp / "recorded.patch"
+        patch.write_text(run["git_diff"], encoding="utf-8")
+        _git(wt, "apply", str(patch))
+    cfg = _relative_dict(run["config"], root)
+    resolved = run["tags"].get("precision.resolved")
+    if (cfg.get("precision") or {}).get("policy") == "auto" and resolved:
+        # `auto` picks the policy from the host: re-run with the one the original run used.
+        cfg["precision"]["policy"] = resolved
+        log(f"precision.policy=auto ran as {resolved}: the re-run uses {resolved}")
+    (wt / "params.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    raw = root / "data" / "raw"
+    if raw.is_dir():  # git-ignored raw data (a DVC stage dependency): hard-linked in
+        for child in raw.iterdir():
+            target = wt / "data" / "raw" / child.name
+            if child.is_dir() and not target.exists():
+                _copy_tree_linked(child, target)
+    if (root / ".dvc").is_dir():  # share the DVC cache: prepared data is restored from it
+        (wt / ".dvc").mkdir(exist_ok=True)
+        (wt / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {root / '.dvc' / 'cache'}\n")
+    return wt
+
+
+def _run_stages(wt: Path, store: str, log) -> None:
+    """dvc repro of the three stages in the worktree, tracking into `store`."""
+    from tfpipe.tracking.redact import environ_snapshot
+
+    env = {k: v for k, v in environ_snapshot().items() if not k.startswith(("MLFLOW_", "DVC_"))}
+    env.update(MLFLOW_TRACKING_URI=store, PYTHONPATH=os.pathsep.join([str(wt / "src"), env.get("PYTHONPATH", "")]),
+               DVC_NO_ANALYTICS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    dvc = [sys.executable, "-m", "dvc", "repro"]
+    for step, cmd in (("prepare (restored from the DVC cache when present)", [*dvc, "prepare"]),
+                      ("train", [*dvc, "-f", "-s", "train"]), ("evaluate", [*dvc, "-f", "-s", "evaluate"])):
+        log(f"rerun: {step} ...")
+        proc = subprocess.run(cmd, cwd=wt, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
+            raise UserError(f"rerun: `{' '.join(cmd[1:])}` failed in the worktree: {' | '.join(tail)[:800]}")
+
+
+def _report(run_id: str, run: dict, new: dict, verdict: str, diffs: list, n: int, tolerance: float) -> dict:
+    now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    return {
+        "run_id": run_id, "verdict": verdict, "time": now, "commit": run["tags"]["git.commit"], "tolerance": tolerance,
+        "weights_sha256": {"recorded": run["tags"].get("weights.sha256"), "rerun": new["tags"].get("weights.sha256")},
+        "metrics_compared": n,
+        "differences": [{"metric": k, "recorded": a, "rerun": b, "abs_diff": d} for k, a, b, d in diffs],
+        "rerun_environment": {k: new["tags"].get(k) for k in ("python_version", *ENV_TAGS, "cpu")},
+    }
+
+
+def rerun(run_id: str, root, uri: Optional[str] = None, *, tolerance: float = 0.0, keep: bool = False,
+          log=print) -> RerunResult:
+    """Re-create run `run_id` in a temporary git worktree at its commit and compare the outcome."""
+    from tfpipe.tracking import reading
+
+    root = Path(root).resolve()
+    uri = tracking_uri_for(root, uri)
+    run = _recorded_run(run_id, root, uri, tolerance)
+    tmp = Path(tempfile.mkdtemp(prefix="tfpipe-rerun-"))
+    wt = tmp / "worktree"
+    try:
+        wt = _make_worktree(root, run, tmp, log)
+        store = f"sqlite:///{tmp / 'mlflow.db'}"
+        _run_stages(wt, store, log)
+        cfg = run["config"]
+        new_id = json.loads((wt / (cfg.get("tracking") or {}).get("run_file", "run.json")).read_text())["run_id"]
+        new = reading.load_run(store, new_id)
+    finally:
+        _git(root, "worktree", "remove", "--force", str(wt))
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    verdict, diffs, n = judge(run, new, tolerance)
+    report = _report(run_id, run, new, verdict, diffs, n, tolerance)
+    now = report["time"]
+    reading.record_audit(uri, run_id, {"audit.verdict": verdict, "audit.time": now},
+                         report, f"rerun-{now.replace(':', '')}.json")
+    return RerunResult(verdict, run["tags"].get("weights.sha256"), new["tags"].get("weights.sha256"), diffs, n,
+                       new_id, report)
+
+
+def format_rerun(result: RerunResult) -> str:
+    lines = [f"weights.sha256  recorded {_short(result.weights_recorded, 16)}  rerun {_short(result.weights_rerun, 16)}",
+             f"metrics compared: {result.compared_metrics} (timing metrics excluded)"]
+    for key, a, b, d in result.differences:
+        lines.append(f"  {key}: recorded {a!r}, rerun {b!r} (|diff| {d:.3g})")
+    lines.append(result.verdict)
+    return "\n".join(lines) + "\n"
