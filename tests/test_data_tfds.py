@@ -10,7 +10,7 @@ import tensorflow_datasets as tfds
 
 from tfpipe import data
 from tfpipe.data import DataError
-from tfpipe.data import sources
+from tfpipe.data import sources, tfds_source  # noqa: F401
 
 
 def _cfg(make_config, tmp_path, *overrides: str):
@@ -77,8 +77,8 @@ def test_unknown_tfds_name_is_a_data_error(tmp_path, make_config):
 
 
 def test_offline_tfds_with_nothing_cached_fails_fast(tmp_path, make_config):
-    host, port = sources.TFDS_DOWNLOAD_HOSTS["cifar10"]
-    if sources.is_reachable(host, port, timeout=2.0):
+    host, port = tfds_source.TFDS_DOWNLOAD_HOSTS["cifar10"]
+    if tfds_source.is_reachable(host, port, timeout=2.0):
         pytest.skip(f"{host} is reachable: this test is about the offline case")
     (tmp_path / "tfds").mkdir()
     cfg = _cfg(make_config, tmp_path)

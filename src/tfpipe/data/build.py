@@ -74,24 +74,30 @@ def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool) -> dict:
             where = cfg.data.path if cfg.data.source == "directory" else f"tfds {ds_cfg.tfds_name}"
             raise DataError(f"{where}: no usable examples in the {split} split "
                             f"({bad.count} bad files skipped); expected at least one")
+    return _finish_manifest(cfg, source, tmp, key, shards, counts, bad)
 
-    if modality == "image":
+
+def _feature(ds_cfg) -> dict:
+    if ds_cfg.modality == "image":
         height, width = (int(v) for v in ds_cfg.image_size)
-        feature = {"dtype": "uint8", "shape": [height, width, int(ds_cfg.channels)], "encoding": "raw"}
-    else:
-        feature = {"dtype": "string", "shape": []}
+        return {"dtype": "uint8", "shape": [height, width, int(ds_cfg.channels)], "encoding": "raw"}
+    return {"dtype": "string", "shape": []}
 
+
+def _finish_manifest(cfg, source, tmp: Path, key: str, shards: dict, counts: dict, bad) -> dict:
+    """The vocabulary (text) and the manifest of the written shards."""
+    ds_cfg = cfg.dataset
+    modality = ds_cfg.modality
     vocab_file = vocab_size = standardize = None
     if modality == "text":
         from tfpipe.data.vocab import build_vocab
-
         from tfpipe.textnorm import DEFAULT as DEFAULT_STANDARDIZE
 
         standardize = ds_cfg.standardize or DEFAULT_STANDARDIZE
         vocab_size = build_vocab([tmp / s["file"] for s in shards["train"]], tmp / VOCAB_FILE, ds_cfg.max_tokens,
                                  standardize)
         vocab_file = VOCAB_FILE
-
+    feature = _feature(ds_cfg)
     manifest = {
         "format_version": FORMAT_VERSION,
         "dataset": ds_cfg.name,

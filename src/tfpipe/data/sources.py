@@ -13,28 +13,16 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import socket
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
-from urllib.parse import urlparse
-from urllib.request import getproxies
 
-from tfpipe.errors import DataError
+from tfpipe.errors import DataError, one_line
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 TEXT_EXTENSIONS = (".txt",)
 IGNORED_CLASS_FOLDERS = frozenset({"unsup"})  # aclImdb's unlabelled reviews
 MAX_SKIPPED_EXAMPLES = 20
-REACHABILITY_TIMEOUT = 3.0
-# Where TFDS fetches each builder's source files; anything else is checked against the TFDS GCS bucket.
-TFDS_DOWNLOAD_HOSTS = {
-    "cifar10": ("www.cs.toronto.edu", 443),
-    "cifar100": ("www.cs.toronto.edu", 443),
-    "imdb_reviews": ("ai.stanford.edu", 80),
-}
-TFDS_DEFAULT_HOST = ("storage.googleapis.com", 443)
 
 Triple = tuple  # (split: str, value: bytes, label: int)
 
@@ -261,7 +249,7 @@ def open_directory(cfg) -> Source:
                 try:
                     value = decode(entry.path)
                 except Exception as exc:  # noqa: BLE001 - any decoder failure is this file's fault
-                    bad.report(entry.path, f"{what} ({_short(exc)})")
+                    bad.report(entry.path, f"{what} ({one_line(exc, 200)})")
                     continue
                 yield split, value, entry.label
 
@@ -271,156 +259,9 @@ def open_directory(cfg) -> Source:
     return Source(class_names, info, sum(len(v) for v in plan.values()), stream)
 
 
-# ----------------------------------------------------------------------------- tfds
-
-
-def _download_is_patched(builder) -> bool:
-    """True under `tfds.testing.mock_data` (or any other patch of download_and_prepare): nothing is fetched."""
-    fn = getattr(type(builder), "download_and_prepare", None)
-    module = getattr(fn, "__module__", "") or ""
-    return not module.startswith("tensorflow_datasets.") or module.startswith("tensorflow_datasets.testing")
-
-
-def _probe_target(tfds_name: str) -> tuple:
-    proxy = getproxies().get("https") or getproxies().get("http")
-    if proxy:
-        parsed = urlparse(proxy if "://" in proxy else f"http://{proxy}")
-        if parsed.hostname:
-            return parsed.hostname, parsed.port or 80
-    return TFDS_DOWNLOAD_HOSTS.get(tfds_name, TFDS_DEFAULT_HOST)
-
-
-def is_reachable(host: str, port: int, timeout: float = REACHABILITY_TIMEOUT) -> bool:
-    """A TCP connect within `timeout` seconds (DNS included: it runs in a thread that is not waited for)."""
-    result = []
-
-    def attempt():
-        try:
-            with socket.create_connection((host, port), timeout=timeout):
-                result.append(True)
-        except OSError:
-            result.append(False)
-
-    thread = threading.Thread(target=attempt, name="tfpipe-reachability", daemon=True)
-    thread.start()
-    thread.join(timeout + 0.5)
-    return bool(result) and result[0]
-
-
-def _offline_message(cfg, builder_dir: str, host: str) -> str:
-    return (
-        f"tfds dataset {cfg.dataset.tfds_name!r} is not prepared in {builder_dir} and {host} is unreachable "
-        f"(no network); use a local copy instead: data.source=directory data.path=<folder with "
-        f"{cfg.data.train_split}/ and {cfg.data.test_split}/ class folders> (e.g. data.path={cfg.data.path}), "
-        f"or point data.tfds_data_dir at a prepared TFDS data_dir"
-    )
-
-
-def open_tfds(cfg) -> Source:
-    d, ds_cfg = cfg.data, cfg.dataset
-    import tensorflow as tf
-    import tensorflow_datasets as tfds
-
-    try:
-        builder = tfds.builder(ds_cfg.tfds_name, data_dir=d.tfds_data_dir)
-    except Exception as exc:  # noqa: BLE001 - unknown name, bad data_dir...
-        raise DataError(f"tfds builder {ds_cfg.tfds_name!r}: {_short(exc)} (dataset.tfds_name)") from None
-    if not builder.is_prepared() and not _download_is_patched(builder):
-        host, port = _probe_target(ds_cfg.tfds_name)
-        if not is_reachable(host, port):
-            raise DataError(_offline_message(cfg, str(builder.data_dir), host))
-    try:
-        builder.download_and_prepare()
-    except Exception as exc:  # noqa: BLE001
-        raise DataError(f"tfds {ds_cfg.tfds_name!r}: download_and_prepare failed ({_short(exc)}); "
-                        f"data.source=directory data.path=<local copy> avoids the download") from None
-
-    key = "image" if ds_cfg.modality == "image" else "text"
-    features = builder.info.features
-    if key not in features or "label" not in features:
-        raise DataError(f"tfds {ds_cfg.tfds_name!r}: features {sorted(features.keys())} lack {key!r}/'label' "
-                        f"needed for dataset.modality={ds_cfg.modality}")
-    class_names = list(features["label"].names)
-    known_splits = dict(builder.info.splits) if builder.info.splits else {}
-
-    def source_split(name):
-        base = name.split("[")[0]
-        if known_splits and base not in known_splits:
-            raise DataError(f"tfds {ds_cfg.tfds_name!r}: no split {name!r}; available: {', '.join(known_splits)}")
-        return name
-
-    reads = [("train", source_split(d.train_split))]
-    if d.validation_split:
-        reads.append(("validation", source_split(d.validation_split)))
-    reads.append(("test", source_split(d.test_split)))
-
-    cap = d.max_examples_per_split
-    planned = 0
-    for out, name in reads:
-        n = known_splits[name].num_examples if name in known_splits else None
-        if n is None:
-            planned = None
-            break
-        planned += n if cap is None else min(n, cap * (2 if (out == "train" and not d.validation_split) else 1))
-
-    if ds_cfg.modality == "image":
-        height, width = (int(v) for v in ds_cfg.image_size)
-        channels = int(ds_cfg.channels)
-
-        def to_value(example):
-            image = example["image"]
-            if image.shape.rank == 2:
-                image = image[..., tf.newaxis]
-            if image.shape[-1] != channels:
-                image = tf.image.grayscale_to_rgb(image) if channels == 3 else tf.image.rgb_to_grayscale(image)
-            if image.shape[0] != height or image.shape[1] != width:
-                image = tf.image.resize(image, [height, width], antialias=True)
-                image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
-            return tf.ensure_shape(image, [height, width, channels]), example["label"]
-
-        def to_bytes(value):
-            return value.tobytes()
-    else:
-
-        def to_value(example):
-            return example["text"], example["label"]
-
-        def to_bytes(value):
-            return bytes(value)
-
-    carve = not d.validation_split
-    fraction, seed = d.validation_fraction, d.seed
-
-    def stream(bad: BadFiles) -> Iterator[Triple]:
-        del bad  # TFDS examples were validated when TFDS prepared them
-        for out, name in reads:
-            ds = builder.as_dataset(split=name, shuffle_files=False)
-            ds = ds.map(to_value, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-            ds = ds.prefetch(tf.data.AUTOTUNE)
-            counts = {"train": 0, "validation": 0, "test": 0}
-            routes = ("train", "validation") if (out == "train" and carve) else (out,)
-            for index, (value, label) in enumerate(ds.as_numpy_iterator()):
-                target = out
-                if out == "train" and carve and stable_fraction(seed, f"{name}:{index}") < fraction:
-                    target = "validation"
-                if cap is not None:
-                    if counts[target] >= cap:
-                        if all(counts[r] >= cap for r in routes):
-                            break
-                        continue
-                counts[target] += 1
-                yield target, to_bytes(value), int(label)
-
-    info = {"type": "tfds", "path": None, "tfds_name": ds_cfg.tfds_name, "version": str(builder.version)}
-    return Source(class_names, info, planned, stream)
-
-
 def open_source(cfg) -> Source:
     if cfg.data.source == "directory":
         return open_directory(cfg)
+    from tfpipe.data.tfds_source import open_tfds
+
     return open_tfds(cfg)
-
-
-def _short(exc: BaseException) -> str:
-    text = " ".join(part.strip() for part in str(exc).splitlines() if part.strip()) or type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
