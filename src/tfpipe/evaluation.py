@@ -14,14 +14,13 @@ No mlflow import here: the stage logs the files through `tracking`.
 from __future__ import annotations
 
 import csv
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
+from tfpipe import files
 from tfpipe.errors import DataError
 
 EPSILON = 1e-7  # probability clip for the cross-entropy, as Keras does
@@ -70,56 +69,45 @@ class EvalResult:
         }
 
 
-# ----------------------------------------------------------------------------- metrics (numpy)
+# ----------------------------------------------------------------------------- metrics (scikit-learn)
 
 
 def binary_roc_auc(labels: np.ndarray, scores: np.ndarray) -> Optional[float]:
-    """ROC AUC via the Mann-Whitney rank statistic (ties get average ranks); None if a class is absent."""
+    """ROC AUC of the positive class's scores (scikit-learn; ties count half); None if a class is absent."""
+    from sklearn.metrics import roc_auc_score
+
     labels = np.asarray(labels).astype(bool)
-    scores = np.asarray(scores, dtype=np.float64)
-    n_pos = int(labels.sum())
-    n_neg = labels.size - n_pos
-    if n_pos == 0 or n_neg == 0:
+    if labels.all() or not labels.any():
         return None
-    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
-    ends = np.cumsum(counts)
-    average_rank = ends - (counts - 1) / 2.0  # 1-based rank, averaged over a tie group
-    ranks = average_rank[inverse.reshape(-1)]
-    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+    return float(roc_auc_score(labels, np.asarray(scores, dtype=np.float64)))
 
 
 def score(labels, probabilities, class_names) -> EvalResult:
-    """Metrics from actual class indices [N] and predicted probabilities [N, K]."""
+    """Metrics from actual class indices [N] and predicted probabilities [N, K] (scikit-learn's; a class never
+    predicted or never present scores 0, not a warning)."""
+    from sklearn.metrics import confusion_matrix, log_loss, precision_recall_fscore_support
+
     labels = np.asarray(labels, dtype=np.int64).reshape(-1)
     probabilities = np.asarray(probabilities, dtype=np.float64)
-    k = len(class_names)
-    n = labels.size
+    k, n = len(class_names), labels.size
     if probabilities.ndim != 2 or probabilities.shape != (n, k):
         raise DataError(f"model output has shape {probabilities.shape}; expected ({n}, {k}) for {k} classes")
     if n and (labels.min() < 0 or labels.max() >= k):
         raise DataError(f"test labels span {labels.min()}..{labels.max()}, outside the {k} classes of the manifest")
     predictions = probabilities.argmax(axis=1) if n else np.zeros(0, dtype=np.int64)
-    confusion = np.zeros((k, k), dtype=np.int64)
-    np.add.at(confusion, (labels, predictions), 1)
-
-    tp = np.diag(confusion).astype(np.float64)
-    predicted = confusion.sum(axis=0).astype(np.float64)
-    actual = confusion.sum(axis=1).astype(np.float64)
-    precision = np.divide(tp, predicted, out=np.zeros(k), where=predicted > 0)
-    recall = np.divide(tp, actual, out=np.zeros(k), where=actual > 0)
-    denom = precision + recall
-    f1 = np.divide(2 * precision * recall, denom, out=np.zeros(k), where=denom > 0)
-
-    if n:
-        p_true = np.clip(probabilities[np.arange(n), labels], EPSILON, 1.0)
-        loss = float(-np.log(p_true).mean())
-        accuracy = float(tp.sum() / n)
-    else:
-        loss = accuracy = float("nan")
+    classes = list(range(k))
+    confusion = confusion_matrix(labels, predictions, labels=classes) if n else np.zeros((k, k), dtype=np.int64)
+    precision, recall, f1, support = (
+        precision_recall_fscore_support(labels, predictions, labels=classes, zero_division=0)
+        if n else (np.zeros(k),) * 3 + (np.zeros(k, dtype=np.int64),)
+    )
+    clipped = np.clip(probabilities, EPSILON, 1.0)
+    loss = float(log_loss(labels, clipped / clipped.sum(axis=1, keepdims=True), labels=classes)) if n else float("nan")
+    accuracy = float(np.trace(confusion) / n) if n else float("nan")
     roc_auc = binary_roc_auc(labels == 1, probabilities[:, 1]) if k == 2 and n else None
     return EvalResult(
         class_names=list(class_names), num_examples=int(n), accuracy=accuracy, loss=loss,
-        precision=precision.tolist(), recall=recall.tolist(), f1=f1.tolist(), support=actual.astype(int).tolist(),
+        precision=precision.tolist(), recall=recall.tolist(), f1=f1.tolist(), support=np.asarray(support).astype(int).tolist(),
         macro_precision=float(precision.mean()) if k else 0.0, macro_recall=float(recall.mean()) if k else 0.0,
         macro_f1=float(f1.mean()) if k else 0.0, confusion=confusion, roc_auc=roc_auc,
         labels=labels, predictions=predictions,
@@ -174,19 +162,6 @@ def evaluate(saved_model_dir, prepared_dir, *, batch_size: int = 256) -> EvalRes
 # ----------------------------------------------------------------------------- reports
 
 
-def _tmp_for(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}{path.suffix}")
-
-
-def _replace(tmp: Path, path: Path) -> None:
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _finite(value):
     """JSON has no NaN: None instead (empty test split)."""
     if isinstance(value, float) and not np.isfinite(value):
@@ -197,51 +172,37 @@ def _finite(value):
 
 
 def write_metrics(result: EvalResult, path) -> None:
-    path = Path(path)
-    tmp = _tmp_for(path)
-    tmp.write_text(json.dumps(_finite(result.to_dict()), indent=2) + "\n", encoding="utf-8")
-    _replace(tmp, path)
+    files.write_json(path, _finite(result.to_dict()))
 
 
 def write_confusion_csv(result: EvalResult, path) -> None:
-    path = Path(path)
-    tmp = _tmp_for(path)
     names = result.class_names
-    with tmp.open("w", newline="", encoding="utf-8") as fh:
+    with files.atomic_open(path, newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["actual", "predicted"])
         writer.writerows((names[a], names[p]) for a, p in zip(result.labels.tolist(), result.predictions.tolist()))
-    _replace(tmp, path)
 
 
 def write_confusion_png(result: EvalResult, path) -> None:
+    """scikit-learn's ConfusionMatrixDisplay on a matplotlib Agg figure (no display needed)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from sklearn.metrics import ConfusionMatrixDisplay
 
-    path = Path(path)
     k = len(result.class_names)
-    matrix = result.confusion
     size = max(4.0, 0.6 * k + 2.5)
     fig = Figure(figsize=(size, size * 0.9), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    image = ax.imshow(matrix, cmap="Blues", vmin=0)
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-    ax.set_xticks(range(k), labels=result.class_names, rotation=45, ha="right", rotation_mode="anchor")
-    ax.set_yticks(range(k), labels=result.class_names)
+    display = ConfusionMatrixDisplay(result.confusion, display_labels=result.class_names)
+    display.plot(ax=ax, cmap="Blues", xticks_rotation=45, colorbar=True, values_format="d")
     ax.set_xlabel("predicted")
     ax.set_ylabel("actual")
     accuracy = "n/a" if not np.isfinite(result.accuracy) else f"{result.accuracy:.4f}"
     ax.set_title(f"Confusion matrix (test, n={result.num_examples}, accuracy {accuracy})")
-    threshold = matrix.max() / 2.0 if matrix.size else 0
-    for i in range(k):
-        for j in range(k):
-            ax.text(j, i, str(matrix[i, j]), ha="center", va="center", fontsize=8,
-                    color="white" if matrix[i, j] > threshold else "black")
     fig.tight_layout()
-    tmp = _tmp_for(path)
-    fig.savefig(tmp, format="png")
-    _replace(tmp, path)
+    with files.atomic_open(path, "wb") as fh:
+        fig.savefig(fh, format="png")
 
 
 def write_reports(result: EvalResult, *, metrics_path, confusion_csv_path, confusion_png_path) -> None:
