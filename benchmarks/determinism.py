@@ -28,11 +28,20 @@ def _worker(args) -> None:
     sys.path.insert(0, str(ROOT / "src"))
     from tfpipe import config, training
 
-    cfg = config.compose([*args.overrides, f"train.deterministic={args.deterministic}"], config_dir=ROOT / "conf")
+    cfg = config.compose(
+        [*args.overrides, f"train.deterministic={args.deterministic}"], config_dir=ROOT / "conf"
+    )
     with tempfile.TemporaryDirectory(prefix="tfpipe-bench-") as out:
         result = training.train(cfg, prepared_dir=cfg.data.output_dir, output_dir=Path(out))
-    print(json.dumps({"examples_per_sec": result.history[-1]["epoch_examples_per_sec"],
-                      "weights_sha256": result.weights_sha256, "val_accuracy": result.final_metrics["val_accuracy"]}))
+    print(
+        json.dumps(
+            {
+                "examples_per_sec": result.history[-1]["epoch_examples_per_sec"],
+                "weights_sha256": result.weights_sha256,
+                "val_accuracy": result.final_metrics["val_accuracy"],
+            }
+        )
+    )
 
 
 def _make_data(tmp: Path, examples: int) -> Path:
@@ -52,8 +61,10 @@ def _make_data(tmp: Path, examples: int) -> Path:
                 pixels = rng.integers(0, 255, size=(32, 32, 3), dtype=np.uint8)
                 pixels[..., label % 3] //= 2
                 Image.fromarray(pixels, "RGB").save(folder / f"{i:05d}.png")
-    cfg = config.compose(["data.source=directory", f"data.path={tmp / 'raw'}", f"data.output_dir={tmp / 'prepared'}"],
-                         config_dir=ROOT / "conf")
+    cfg = config.compose(
+        ["data.source=directory", f"data.path={tmp / 'raw'}", f"data.output_dir={tmp / 'prepared'}"],
+        config_dir=ROOT / "conf",
+    )
     data.prepare(cfg, progress=False)
     return tmp / "prepared"
 
@@ -73,25 +84,41 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="tfpipe-bench-data-") as tmp:
         prepared = _make_data(Path(tmp), args.examples)
-        overrides = ["data.source=directory", f"data.output_dir={prepared}", f"train.epochs={args.epochs}",
-                     f"train.steps_per_epoch={args.steps}", *args.overrides]
+        overrides = [
+            "data.source=directory",
+            f"data.output_dir={prepared}",
+            f"train.epochs={args.epochs}",
+            f"train.steps_per_epoch={args.steps}",
+            *args.overrides,
+        ]
         runs = {"true": [], "false": []}
         for _ in range(args.repeats):
             for mode in ("true", "false"):  # alternate so machine load hits both alike
-                proc = subprocess.run([sys.executable, __file__, "--worker", "--deterministic", mode, *overrides],
-                                      capture_output=True, text=True, check=True)
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--worker", "--deterministic", mode, *overrides],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 runs[mode].append(json.loads(proc.stdout.strip().splitlines()[-1]))
-                print(f"deterministic={mode}: {runs[mode][-1]['examples_per_sec']:.0f} examples/s, "
-                      f"weights {runs[mode][-1]['weights_sha256'][:12]}", flush=True)
+                print(
+                    f"deterministic={mode}: {runs[mode][-1]['examples_per_sec']:.0f} examples/s, "
+                    f"weights {runs[mode][-1]['weights_sha256'][:12]}",
+                    flush=True,
+                )
     med = {m: statistics.median(r["examples_per_sec"] for r in runs[m]) for m in runs}
-    print(f"\ncpu threads: {os.cpu_count()}, config: cifar10 cnn, overrides: {' '.join(args.overrides) or '(none)'}")
+    print(
+        f"\ncpu threads: {os.cpu_count()}, config: cifar10 cnn, overrides: {' '.join(args.overrides) or '(none)'}"
+    )
     print("| train.deterministic | examples/s (median of %d) | repeated runs bit-identical |" % args.repeats)
     print("|---|---|---|")
     for m in ("true", "false"):
         same = len({r["weights_sha256"] for r in runs[m]}) == 1
         print(f"| {m} | {med[m]:,.0f} | {'yes' if same else 'no'} |")
-    print(f"\ndeterministic / non-deterministic throughput: {med['true'] / med['false']:.2f}x "
-          f"(< 1: determinism costs speed)")
+    print(
+        f"\ndeterministic / non-deterministic throughput: {med['true'] / med['false']:.2f}x "
+        f"(< 1: determinism costs speed)"
+    )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -35,11 +34,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PREPARED = {"cifar10": ROOT / "data" / "prepared" / "cifar10", "imdb": ROOT / "data" / "prepared" / "imdb-fast",
-            "imdb-seeds": ROOT / "data" / "prepared" / "imdb",  # the default imdb config's 20k vocabulary
-            # 12,000 CIFAR-10 images per split: whole epochs in seconds, so the tf.data cache completes in the
-            # first epoch and the timed second one reads from memory as real training does
-            "cifar10-12k": ROOT / "data" / "prepared" / "cifar10-12k"}
+PREPARED = {
+    "cifar10": ROOT / "data" / "prepared" / "cifar10",
+    "imdb": ROOT / "data" / "prepared" / "imdb-fast",
+    "imdb-seeds": ROOT / "data" / "prepared" / "imdb",  # the default imdb config's 20k vocabulary
+    # 12,000 CIFAR-10 images per split: whole epochs in seconds, so the tf.data cache completes in the
+    # first epoch and the timed second one reads from memory as real training does
+    "cifar10-12k": ROOT / "data" / "prepared" / "cifar10-12k",
+}
 
 
 def _env() -> dict:
@@ -54,8 +56,14 @@ def _env() -> dict:
 def _worker(mode: str, *args: str, src: Path = ROOT / "src") -> dict:
     """Run `perf.py _worker MODE ARGS` in a fresh process (importing tfpipe from `src`); returns its JSON line."""
     env = {**_env(), "PYTHONPATH": str(src), "TFPIPE_BENCH_SRC": str(src)}
-    proc = subprocess.run([sys.executable, __file__, "_worker", mode, *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=3600)
+    proc = subprocess.run(
+        [sys.executable, __file__, "_worker", mode, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=3600,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"worker {mode} {args} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -79,8 +87,13 @@ def _w_pipeline(dataset: str, steps: int, *overrides: str) -> dict:
     from tfpipe import training
 
     cap = [f"train.steps_per_epoch={steps}"] if steps else []  # 0: whole epochs
-    cfg = _compose(f"dataset={dataset.split('-')[0]}", "train.epochs=2", *cap, "train.histogram_every_epochs=0",
-                   *overrides)
+    cfg = _compose(
+        f"dataset={dataset.split('-')[0]}",
+        "train.epochs=2",
+        *cap,
+        "train.histogram_every_epochs=0",
+        *overrides,
+    )
     with tempfile.TemporaryDirectory() as out:
         result = training.train(cfg, prepared_dir=PREPARED[dataset], output_dir=out)
     return {"examples_per_sec": result.history[-1]["epoch_examples_per_sec"], "precision": result.precision}
@@ -89,17 +102,26 @@ def _w_pipeline(dataset: str, steps: int, *overrides: str) -> dict:
 def _w_stage(dataset: str, steps: int, *overrides: str) -> dict:
     """The train stage with MLflow on (tfpipe.stages.run_train in a scratch project: run, params, tags,
     step + epoch metrics, artifacts, the logged model), for 2 epochs of `steps` steps."""
-    from tfpipe import config, stages
+    from tfpipe import stages
 
     cap = [f"train.steps_per_epoch={steps}"] if steps else []  # 0: whole epochs
-    cfg = _compose(f"dataset={dataset.split('-')[0]}", "train.epochs=2", *cap, "train.histogram_every_epochs=0",
-                   f"data.output_dir={PREPARED[dataset]}", *overrides)
+    cfg = _compose(
+        f"dataset={dataset.split('-')[0]}",
+        "train.epochs=2",
+        *cap,
+        "train.histogram_every_epochs=0",
+        f"data.output_dir={PREPARED[dataset]}",
+        *overrides,
+    )
     with tempfile.TemporaryDirectory() as root:
         t0 = time.perf_counter()
         result = stages.run_train(cfg, Path(root))
         wall = time.perf_counter() - t0
-    return {"examples_per_sec": result.history[-1]["epoch_examples_per_sec"], "stage_seconds": wall,
-            "train_seconds": result.train_seconds}
+    return {
+        "examples_per_sec": result.history[-1]["epoch_examples_per_sec"],
+        "stage_seconds": wall,
+        "train_seconds": result.train_seconds,
+    }
 
 
 def _train_arrays(dataset: str):
@@ -110,7 +132,9 @@ def _train_arrays(dataset: str):
     from tfpipe import data
 
     xs, ys = [], []
-    for x, y in data.make_dataset(PREPARED[dataset], "train", batch_size=1024, training=False, seed=0, cache=False):
+    for x, y in data.make_dataset(
+        PREPARED[dataset], "train", batch_size=1024, training=False, seed=0, cache=False
+    ):
         xs.append(x.numpy())
         ys.append(y.numpy())
     return np.concatenate(xs), np.concatenate(ys)
@@ -128,8 +152,14 @@ def _w_bare(dataset: str, steps: int, batch: int) -> dict:
     cfg = _compose(f"dataset={dataset}")
     x_train, y_train = _train_arrays(dataset)
     tf.keras.utils.set_random_seed(cfg.train.seed)
-    ds = (tf.data.Dataset.from_tensor_slices((x_train, y_train)).cache().shuffle(10000)
-          .batch(batch, drop_remainder=True).repeat().prefetch(tf.data.AUTOTUNE))
+    ds = (
+        tf.data.Dataset.from_tensor_slices((x_train, y_train))
+        .cache()
+        .shuffle(10000)
+        .batch(batch, drop_remainder=True)
+        .repeat()
+        .prefetch(tf.data.AUTOTUNE)
+    )
     model = models.build_model(cfg, int(y_train.max()) + 1)
     optimizer = keras.optimizers.Adam(cfg.train.optimizer.learning_rate)
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
@@ -164,16 +194,24 @@ def _w_keras(dataset: str, steps: int, batch: int) -> dict:
     cfg = _compose(f"dataset={dataset}")
     x_train, y_train = _train_arrays(dataset)
     tf.keras.utils.set_random_seed(cfg.train.seed)
-    ds = (tf.data.Dataset.from_tensor_slices((x_train, y_train)).cache().shuffle(10000)
-          .batch(batch).prefetch(tf.data.AUTOTUNE))
+    ds = (
+        tf.data.Dataset.from_tensor_slices((x_train, y_train))
+        .cache()
+        .shuffle(10000)
+        .batch(batch)
+        .prefetch(tf.data.AUTOTUNE)
+    )
     vocab = None
     if dataset == "imdb":
         vocab = data.read_vocab(PREPARED[dataset])
         vec = models.make_text_vectorizer(vocab, cfg.dataset.sequence_length)
         ds = ds.map(lambda x, y: (vec(x), y), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
     model = models.build_model(cfg, int(y_train.max()) + 1, vocab_size=None if vocab is None else len(vocab))
-    model.compile(optimizer=keras.optimizers.Adam(cfg.train.optimizer.learning_rate),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.compile(
+        optimizer=keras.optimizers.Adam(cfg.train.optimizer.learning_rate),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
 
     class Timer(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
@@ -196,11 +234,16 @@ def _w_input(dataset: str, batch: int) -> dict:
     from tfpipe import data, models
 
     # imdb: imdb_fast's prepared data and vectorizer; imdb-seeds: the default imdb config's
-    cfg = _compose("experiment=imdb_fast") if dataset == "imdb" else _compose(f"dataset={dataset.split('-')[0]}")
+    cfg = (
+        _compose("experiment=imdb_fast")
+        if dataset == "imdb"
+        else _compose(f"dataset={dataset.split('-')[0]}")
+    )
     ds = data.make_dataset(PREPARED[dataset], "train", batch_size=batch, training=True, seed=0)
     if cfg.dataset.modality == "text":
-        vec = models.make_text_vectorizer(data.read_vocab(PREPARED[dataset]), cfg.dataset.sequence_length,
-                                          cfg.dataset.standardize)
+        vec = models.make_text_vectorizer(
+            data.read_vocab(PREPARED[dataset]), cfg.dataset.sequence_length, cfg.dataset.standardize
+        )
         ds = ds.map(lambda x, y: (vec(x), y), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
     rates = []
     for _ in range(2):
@@ -217,10 +260,16 @@ WORKERS = {"pipeline": _w_pipeline, "stage": _w_stage, "keras": _w_keras, "bare"
 def cpu_line() -> str:
     """The CPU model and the flags that decide its speed (printed with every figure)."""
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    model = next(
+        (line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?"
+    )
+    flags = set(
+        next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    )
     wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
-    return f"CPU: {model}; flags: {' '.join(f for f in wanted if f in flags) or 'none of ' + ', '.join(wanted)}"
+    return (
+        f"CPU: {model}; flags: {' '.join(f for f in wanted if f in flags) or 'none of ' + ', '.join(wanted)}"
+    )
 
 
 # ----------------------------------------------------------------------------- benchmarks
@@ -233,7 +282,9 @@ def _side_by_side(configs: list, repeats: int) -> dict:
         for label, mode, args, *src in configs:
             res = _worker(mode, *args, **({"src": Path(src[0])} if src else {}))
             out[label].append(res)
-            print(f"  repeat {r + 1} {label}: {res['examples_per_sec']:.0f} examples/s  ({_load()})", flush=True)
+            print(
+                f"  repeat {r + 1} {label}: {res['examples_per_sec']:.0f} examples/s  ({_load()})", flush=True
+            )
     return out
 
 
@@ -255,14 +306,26 @@ def bench_keras(args) -> None:
         ("plain Keras (tf.data cache/shuffle/batch + model.fit)", "keras", ["cifar10", "0", "64"]),
         ("bare tf.function step (same model and data, no strategy)", "bare", ["cifar10", "0", "64"]),
         # Same model, batch 64, float32 and optimizer (Adam) on both sides: this times the loops.
-        ("tfpipe train stage loop, default config (steps_per_execution=10)", "pipeline",
-         ["cifar10", "0", "precision=float32"]),
-        ("tfpipe train stage loop, train.steps_per_execution=1", "pipeline",
-         ["cifar10", "0", "precision=float32", "train.steps_per_execution=1"]),
+        (
+            "tfpipe train stage loop, default config (steps_per_execution=10)",
+            "pipeline",
+            ["cifar10", "0", "precision=float32"],
+        ),
+        (
+            "tfpipe train stage loop, train.steps_per_execution=1",
+            "pipeline",
+            ["cifar10", "0", "precision=float32", "train.steps_per_execution=1"],
+        ),
     ]
     if args.compare_src:  # another checkout's train stage loop in the same run (before/after a change)
-        configs.append((f"train stage loop of {args.compare_src}", "pipeline", ["cifar10", "0", "precision=float32"],
-                        str(Path(args.compare_src) / "src")))
+        configs.append(
+            (
+                f"train stage loop of {args.compare_src}",
+                "pipeline",
+                ["cifar10", "0", "precision=float32"],
+                str(Path(args.compare_src) / "src"),
+            )
+        )
     res = _side_by_side(configs, args.repeats)
     rows = [(config[0], _median(res[config[0]])) for config in configs]
     _table(rows, configs[0][0])
@@ -270,29 +333,57 @@ def bench_keras(args) -> None:
 
 
 def bench_tracking(args) -> None:
-    configs = [("MLflow off (training.train, no sink)", "pipeline", ["cifar10-12k", "0", "precision=float32"]),
-               ("MLflow on (the train stage, stages.run_train)", "stage", ["cifar10-12k", "0", "precision=float32"])]
+    configs = [
+        ("MLflow off (training.train, no sink)", "pipeline", ["cifar10-12k", "0", "precision=float32"]),
+        ("MLflow on (the train stage, stages.run_train)", "stage", ["cifar10-12k", "0", "precision=float32"]),
+    ]
     res = _side_by_side(configs, args.repeats)
     _table([(label, _median(res[label])) for label, _, _ in configs], configs[0][0])
     on = res[configs[1][0]]
-    print(f"\nstage wall s (median): {_median(on, 'stage_seconds'):.1f}, of which the epochs "
-          f"{_median(on, 'train_seconds'):.1f} (the rest: run start, params, tags, artifacts, the logged model)")
+    print(
+        f"\nstage wall s (median): {_median(on, 'stage_seconds'):.1f}, of which the epochs "
+        f"{_median(on, 'train_seconds'):.1f} (the rest: run start, params, tags, artifacts, the logged model)"
+    )
 
 
 def bench_precision(args) -> None:
-    configs = [("cnn float32", "pipeline", ["cifar10-12k", "0", "precision=float32"]),
-               ("cnn mixed_bfloat16", "pipeline", ["cifar10-12k", "0", "precision=mixed_bfloat16"]),
-               ("resnet (cifar10_fast) float32", "pipeline",
-                ["cifar10-12k", "0", "experiment=cifar10_fast", "train.lr_schedule.warmup_epochs=1", "precision=float32"]),
-               ("resnet (cifar10_fast) mixed_bfloat16", "pipeline",
-                ["cifar10-12k", "0", "experiment=cifar10_fast", "train.lr_schedule.warmup_epochs=1",
-                 "precision=mixed_bfloat16"]),
-               ("embedding_gap (imdb) float32", "pipeline", ["imdb-seeds", "0", "precision=float32"]),
-               ("embedding_gap (imdb) mixed_bfloat16", "pipeline",
-                ["imdb-seeds", "0", "precision=mixed_bfloat16"])]
+    configs = [
+        ("cnn float32", "pipeline", ["cifar10-12k", "0", "precision=float32"]),
+        ("cnn mixed_bfloat16", "pipeline", ["cifar10-12k", "0", "precision=mixed_bfloat16"]),
+        (
+            "resnet (cifar10_fast) float32",
+            "pipeline",
+            [
+                "cifar10-12k",
+                "0",
+                "experiment=cifar10_fast",
+                "train.lr_schedule.warmup_epochs=1",
+                "precision=float32",
+            ],
+        ),
+        (
+            "resnet (cifar10_fast) mixed_bfloat16",
+            "pipeline",
+            [
+                "cifar10-12k",
+                "0",
+                "experiment=cifar10_fast",
+                "train.lr_schedule.warmup_epochs=1",
+                "precision=mixed_bfloat16",
+            ],
+        ),
+        ("embedding_gap (imdb) float32", "pipeline", ["imdb-seeds", "0", "precision=float32"]),
+        ("embedding_gap (imdb) mixed_bfloat16", "pipeline", ["imdb-seeds", "0", "precision=mixed_bfloat16"]),
+    ]
     if args.compare_src:  # another checkout's train stage loop in the same run (before/after a change)
-        configs.append((f"train stage loop of {args.compare_src}", "pipeline", ["cifar10", "0", "precision=float32"],
-                        str(Path(args.compare_src) / "src")))
+        configs.append(
+            (
+                f"train stage loop of {args.compare_src}",
+                "pipeline",
+                ["cifar10", "0", "precision=float32"],
+                str(Path(args.compare_src) / "src"),
+            )
+        )
     res = _side_by_side(configs, args.repeats)
     rows = [(config[0], _median(res[config[0]])) for config in configs]
     print("\n| model | float32 examples/s | mixed_bfloat16 examples/s | speed-up |\n|---|---|---|---|")
@@ -302,11 +393,20 @@ def bench_precision(args) -> None:
 
 
 def bench_input(args) -> None:
-    configs = [("cifar10 input, batch 64", "input", ["cifar10", "64"]),
-               ("cifar10 input, batch 512", "input", ["cifar10", "512"]),
-               ("imdb input + vectorizer (imdb_fast: seq 1500, split_punctuation), batch 256", "input", ["imdb", "256"]),
-               ("imdb input + vectorizer (default imdb: seq 256, strip_punctuation), batch 64", "input",
-                ["imdb-seeds", "64"])]
+    configs = [
+        ("cifar10 input, batch 64", "input", ["cifar10", "64"]),
+        ("cifar10 input, batch 512", "input", ["cifar10", "512"]),
+        (
+            "imdb input + vectorizer (imdb_fast: seq 1500, split_punctuation), batch 256",
+            "input",
+            ["imdb", "256"],
+        ),
+        (
+            "imdb input + vectorizer (default imdb: seq 256, strip_punctuation), batch 64",
+            "input",
+            ["imdb-seeds", "64"],
+        ),
+    ]
     res = _side_by_side(configs, args.repeats)
     print("\n| input pipeline | first pass (fills cache) | examples/s (median, cached) |\n|---|---|---|")
     for label, _, _ in configs:
@@ -317,18 +417,28 @@ def bench_prepare(args) -> None:
     print("| dataset | examples | wall s | examples/s | peak RSS MB |\n|---|---|---|---|---|")
     for dataset in ("cifar10", "imdb"):
         with tempfile.TemporaryDirectory() as out:
-            cmd = [sys.executable, "-m", "pipeline.prepare", "data.source=directory", f"dataset={dataset}",
-                   f"data.output_dir={out}/prepared"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "pipeline.prepare",
+                "data.source=directory",
+                f"dataset={dataset}",
+                f"data.output_dir={out}/prepared",
+            ]
             t0 = time.perf_counter()
-            proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
             _, status, usage = os.wait4(proc.pid, 0)
             wall = time.perf_counter() - t0
             if os.waitstatus_to_exitcode(status) != 0:
                 raise SystemExit(f"prepare {dataset} failed: {proc.stderr.read().decode()[-2000:]}")
             manifest = json.loads((Path(out) / "prepared" / "manifest.json").read_text())
             n = sum(s["num_examples"] for s in manifest["splits"].values())
-            print(f"| {dataset} | {n:,} | {wall:.1f} | {n / wall:,.0f} | {usage.ru_maxrss / 1024:,.0f} |  ({_load()})",
-                  flush=True)
+            print(
+                f"| {dataset} | {n:,} | {wall:.1f} | {n / wall:,.0f} | {usage.ru_maxrss / 1024:,.0f} |  ({_load()})",
+                flush=True,
+            )
 
 
 def bench_dvc(args) -> None:
@@ -347,23 +457,39 @@ def bench_dvc(args) -> None:
         env = _env()
         env["PYTHONPATH"] = str(project / "src")
         git = ["git", "-c", "user.name=b", "-c", "user.email=b@b"]
-        run = lambda cmd: subprocess.run(cmd, cwd=project, env=env, check=True, capture_output=True, text=True)  # noqa: E731
+        run = lambda cmd: subprocess.run(
+            cmd, cwd=project, env=env, check=True, capture_output=True, text=True
+        )  # noqa: E731
         run(["git", "init", "-q", "-b", "main"])
         from tfpipe.config import compose_yaml
 
-        (project / "params.yaml").write_text(compose_yaml(
-            ["experiment=smoke", "data.source=directory", "model.filters=[8,8]", "model.dense_units=16",
-             "train.batch_size_per_replica=8"], config_dir=project / "conf"))
+        (project / "params.yaml").write_text(
+            compose_yaml(
+                [
+                    "experiment=smoke",
+                    "data.source=directory",
+                    "model.filters=[8,8]",
+                    "model.dense_units=16",
+                    "train.batch_size_per_replica=8",
+                ],
+                config_dir=project / "conf",
+            )
+        )
         run([*git, "add", "-A"])
         run([*git, "commit", "-qm", "init"])
         t0 = time.perf_counter()
         run([sys.executable, "-m", "dvc", "repro"])
-        print(f"first dvc repro (prepare, train, evaluate on {3 * args.per_class} images): "
-              f"{time.perf_counter() - t0:.1f} s")
+        print(
+            f"first dvc repro (prepare, train, evaluate on {3 * args.per_class} images): "
+            f"{time.perf_counter() - t0:.1f} s"
+        )
         timings = {"dvc --version": [], "dvc status": [], "dvc repro (no-op)": []}
         for _ in range(args.repeats):
-            for label, cmd in (("dvc --version", ["--version"]), ("dvc status", ["status"]),
-                               ("dvc repro (no-op)", ["repro"])):
+            for label, cmd in (
+                ("dvc --version", ["--version"]),
+                ("dvc status", ["status"]),
+                ("dvc repro (no-op)", ["repro"]),
+            ):
                 t0 = time.perf_counter()
                 out = run([sys.executable, "-m", "dvc", *cmd]).stdout
                 timings[label].append(time.perf_counter() - t0)
@@ -398,10 +524,18 @@ def main() -> int:
     parser.add_argument("--compare-src", help="keras: also time the train stage loop of this checkout")
     parser.add_argument("--per-class", type=int, default=40, help="dvc: generated train images per class")
     args = parser.parse_args()
-    print(f"$ python benchmarks/perf.py {' '.join(sys.argv[1:])}\n{cpu_line()}\n{_load()}, {os.cpu_count()} CPUs",
-          flush=True)
-    {"keras": bench_keras, "tracking": bench_tracking, "precision": bench_precision, "input": bench_input,
-     "prepare": bench_prepare, "dvc": bench_dvc}[args.bench](args)
+    print(
+        f"$ python benchmarks/perf.py {' '.join(sys.argv[1:])}\n{cpu_line()}\n{_load()}, {os.cpu_count()} CPUs",
+        flush=True,
+    )
+    {
+        "keras": bench_keras,
+        "tracking": bench_tracking,
+        "precision": bench_precision,
+        "input": bench_input,
+        "prepare": bench_prepare,
+        "dvc": bench_dvc,
+    }[args.bench](args)
     print(f"done ({_load()})")
     return 0
 

@@ -36,10 +36,21 @@ RUNS = [
     ("mirrored (2 logical CPUs) float32", ["strategy=mirrored", "precision=float32"], 1),
     ("mirrored (2 logical CPUs) mixed_bfloat16", ["strategy=mirrored", "precision=mixed_bfloat16"], 1),
     ("central_storage (2 logical CPUs) float32", ["strategy=central_storage", "precision=float32"], 1),
-    ("multi_worker_mirrored 1 worker float32", ["strategy=multi_worker_mirrored", "strategy.num_workers=1"], 1),
-    ("multi_worker_mirrored 2 workers float32", ["strategy=multi_worker_mirrored", "strategy.num_workers=2"], 2),
-    ("multi_worker_mirrored 2 workers mixed_bfloat16",
-     ["strategy=multi_worker_mirrored", "strategy.num_workers=2", "precision=mixed_bfloat16"], 2),
+    (
+        "multi_worker_mirrored 1 worker float32",
+        ["strategy=multi_worker_mirrored", "strategy.num_workers=1"],
+        1,
+    ),
+    (
+        "multi_worker_mirrored 2 workers float32",
+        ["strategy=multi_worker_mirrored", "strategy.num_workers=2"],
+        2,
+    ),
+    (
+        "multi_worker_mirrored 2 workers mixed_bfloat16",
+        ["strategy=multi_worker_mirrored", "strategy.num_workers=2", "precision=mixed_bfloat16"],
+        2,
+    ),
     ("parameter_server 2 workers + 1 ps float32", ["strategy=parameter_server", "strategy.num_workers=2"], 2),
 ]
 
@@ -49,14 +60,18 @@ def _prepare(project: Path, per_class: int) -> Path:
     sys.path.insert(0, str(ROOT / "src"))
     from conftest import prepare_tree, write_image_tree
 
-    tree = write_image_tree(project / "raw", train_per_class=per_class, test_per_class=max(per_class // 10, 3))
+    tree = write_image_tree(
+        project / "raw", train_per_class=per_class, test_per_class=max(per_class // 10, 3)
+    )
     return prepare_tree(tree, project / "prepared", "data.examples_per_shard=256").prepared_dir
 
 
 def _throughput(history: Path) -> float:
     with history.open() as fh:
         rows = list(csv.DictReader(fh))
-    rates = [float(r["epoch_examples_per_sec"]) for r in rows[1:]] or [float(rows[0]["epoch_examples_per_sec"])]
+    rates = [float(r["epoch_examples_per_sec"]) for r in rows[1:]] or [
+        float(rows[0]["epoch_examples_per_sec"])
+    ]
     return statistics.median(rates)
 
 
@@ -80,18 +95,32 @@ def main() -> int:
                 continue
             threads = max(cores // procs, 1)
             # inter-op threads stay at TF's default: parameter_server hung with TF_NUM_INTEROP_THREADS=1
-            env = dict(os.environ, TF_NUM_INTRAOP_THREADS=str(threads),
-                       PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "src")]), TF_CPP_MIN_LOG_LEVEL="2")
+            env = dict(
+                os.environ,
+                TF_NUM_INTRAOP_THREADS=str(threads),
+                PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "src")]),
+                TF_CPP_MIN_LOG_LEVEL="2",
+            )
             env.pop("TF_CONFIG", None)
             for leftover in ("models", "plots", "metrics"):
                 shutil.rmtree(project / leftover, ignore_errors=True)
-            cmd = [sys.executable, "-m", "pipeline.train", *overrides, f"data.output_dir={prepared}",
-                   f"train.epochs={args.epochs}", f"train.batch_size_per_replica={args.batch}",
-                   f"tracking.uri=sqlite:///{project / 'mlflow.db'}", "tracking.log_model=false",
-                   "train.log_every_steps=1000"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "pipeline.train",
+                *overrides,
+                f"data.output_dir={prepared}",
+                f"train.epochs={args.epochs}",
+                f"train.batch_size_per_replica={args.batch}",
+                f"tracking.uri=sqlite:///{project / 'mlflow.db'}",
+                "tracking.log_model=false",
+                "train.log_every_steps=1000",
+            ]
             t0 = time.perf_counter()
             try:
-                proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=args.timeout)
+                proc = subprocess.run(
+                    cmd, cwd=project, env=env, capture_output=True, text=True, timeout=args.timeout
+                )
             except subprocess.TimeoutExpired as exc:  # the launcher's SIGTERM handling stops its processes
                 proc = subprocess.CompletedProcess(cmd, 124, exc.stdout or "", "timed out")
             wall = time.perf_counter() - t0
@@ -100,7 +129,9 @@ def main() -> int:
                 rows.append((label, threads, None, wall))
                 continue
             rate = _throughput(project / "plots" / "history.csv")
-            print(f"{label}: {rate:.0f} examples/s ({threads} threads/process, {wall:.0f} s wall)", flush=True)
+            print(
+                f"{label}: {rate:.0f} examples/s ({threads} threads/process, {wall:.0f} s wall)", flush=True
+            )
             rows.append((label, threads, rate, wall))
         base = next((r[2] for r in rows if r[0] == "one_device float32" and r[2]), None)
         _write(Path(args.out), rows, base, args, cores)
@@ -117,31 +148,47 @@ def _old_section(text: str) -> list:
 
 
 def _write(path: Path, rows, base, args, cores) -> None:
-    cmd = (f"python benchmarks/strategies.py --per-class {args.per_class} --epochs {args.epochs} "
-           f"--batch {args.batch}" + (f" --only {args.only}" if args.only else ""))
-    lines = [SECTION, "", f"Command: `{cmd}` ({cores} CPU cores, no GPU; cnn model of conf/model/cnn.yaml, "
-             f"{args.per_class * 3} generated 32x32 train images, batch {args.batch} per replica, "
-             f"{args.epochs} epochs; median epoch throughput after the first epoch). Threads = "
-             "TF_NUM_INTRAOP_THREADS per computing process (cores / processes). The machine is shared, timings are noisy.",
-             "", "| strategy / precision | threads per process | examples/s | relative to one_device float32 | wall s |",
-             "|---|---|---|---|---|"]
+    cmd = (
+        f"python benchmarks/strategies.py --per-class {args.per_class} --epochs {args.epochs} "
+        f"--batch {args.batch}" + (f" --only {args.only}" if args.only else "")
+    )
+    lines = [
+        SECTION,
+        "",
+        f"Command: `{cmd}` ({cores} CPU cores, no GPU; cnn model of conf/model/cnn.yaml, "
+        f"{args.per_class * 3} generated 32x32 train images, batch {args.batch} per replica, "
+        f"{args.epochs} epochs; median epoch throughput after the first epoch). Threads = "
+        "TF_NUM_INTRAOP_THREADS per computing process (cores / processes). The machine is shared, timings are noisy.",
+        "",
+        "| strategy / precision | threads per process | examples/s | relative to one_device float32 | wall s |",
+        "|---|---|---|---|---|",
+    ]
     for label, threads, rate, wall in rows:
         rel = f"{rate / base:.2f}x" if rate and base else "-"
         lines.append(f"| {label} | {threads} | {f'{rate:.0f}' if rate else 'failed'} | {rel} | {wall:.0f} |")
     mw = {r[0]: r[2] for r in rows}
-    one, two = mw.get("multi_worker_mirrored 1 worker float32"), mw.get("multi_worker_mirrored 2 workers float32")
+    one, two = (
+        mw.get("multi_worker_mirrored 1 worker float32"),
+        mw.get("multi_worker_mirrored 2 workers float32"),
+    )
     if one and two:
-        lines += ["", f"Scaling efficiency, multi_worker_mirrored 1 -> 2 workers on one host (same {cores} cores): "
-                  f"{two / one:.2f}x throughput, {two / (2 * one):.0%} efficiency."]
+        lines += [
+            "",
+            f"Scaling efficiency, multi_worker_mirrored 1 -> 2 workers on one host (same {cores} cores): "
+            f"{two / one:.2f}x throughput, {two / (2 * one):.0%} efficiency.",
+        ]
     text = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n"
     if args.only and SECTION in text:  # a partial re-run: add its rows and command under the full table
-        lines = _old_section(text) + ["", f"Re-run: `{cmd}`:", ""] + [l for l in lines if l.startswith("| ") and
-                                                                      not l.startswith("| strategy")]
+        lines = (
+            _old_section(text)
+            + ["", f"Re-run: `{cmd}`:", ""]
+            + [l for l in lines if l.startswith("| ") and not l.startswith("| strategy")]
+        )
     section = "\n".join(lines) + "\n"
     if SECTION in text:
         head, rest = text.split(SECTION, 1)
         nxt = rest.find("\n## ")
-        text = head + section + (rest[nxt + 1:] if nxt >= 0 else "")
+        text = head + section + (rest[nxt + 1 :] if nxt >= 0 else "")
     else:
         text = text.rstrip("\n") + "\n\n" + section
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

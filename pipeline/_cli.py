@@ -35,8 +35,15 @@ def main(stage: str, run: Callable, description: str) -> None:
     sys.exit(cli(stage, run, description, sys.argv[1:], Path.cwd()))
 
 
-def cli(stage: str, run: Callable, description: str, argv: Sequence[str], root: Path, *,
-        configure_logging: bool = True) -> int:
+def cli(
+    stage: str,
+    run: Callable,
+    description: str,
+    argv: Sequence[str],
+    root: Path,
+    *,
+    configure_logging: bool = True,
+) -> int:
     """The whole command line of one stage, in-process; returns the exit code (tests call this)."""
     parser = _Parser(prog=f"python -m pipeline.{stage}", description=description)
     parser.add_argument(
@@ -45,21 +52,27 @@ def cli(stage: str, run: Callable, description: str, argv: Sequence[str], root: 
         help="Hydra overrides (e.g. dataset=imdb train.epochs=1). Given: compose conf/ with them. "
         "None: read --params (what `dvc repro` does).",
     )
-    parser.add_argument("--params", default="params.yaml", help="composed config to read when no overrides are given")
-    parser.add_argument("--debug", action="store_true",
-                        help=f"show Python tracebacks for bad input (also: env {DEBUG_ENV}=1)")
+    parser.add_argument(
+        "--params", default="params.yaml", help="composed config to read when no overrides are given"
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help=f"show Python tracebacks for bad input (also: env {DEBUG_ENV}=1)"
+    )
     args = parser.parse_args(list(argv))
     # `mlflow run -P overrides="a=1 b=2"` hands all overrides over as one quoted argument.
     try:
         overrides = [part for arg in args.overrides for part in shlex.split(arg)]
     except ValueError as exc:  # an unbalanced quote
-        print(f"{stage}: error: overrides {' '.join(args.overrides)!r}: {exc}; quote each KEY=VALUE once",
-              file=sys.stderr)
+        print(
+            f"{stage}: error: overrides {' '.join(args.overrides)!r}: {exc}; quote each KEY=VALUE once",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
 
     if configure_logging:
-        logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {stage} %(levelname)s %(message)s",
-                            datefmt="%H:%M:%S")
+        logging.basicConfig(
+            level=logging.INFO, format=f"%(asctime)s {stage} %(levelname)s %(message)s", datefmt="%H:%M:%S"
+        )
         for noisy in ("tensorflow", "absl", "h5py"):  # their INFO lines drown the stage's own
             logging.getLogger(noisy).setLevel(logging.WARNING)
     debug = args.debug or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes")
@@ -76,9 +89,8 @@ def load_config(overrides: Sequence[str], params_path: str, root: Path):
 
 
 def _run_guarded(stage, run, overrides, params_path, root, debug) -> int:
-    from tfpipe.errors import USER_ERRORS
-
     from tfpipe import interrupts
+    from tfpipe.errors import USER_ERRORS
 
     try:
         cfg = load_config(overrides, params_path, root)
@@ -94,11 +106,13 @@ def _run_guarded(stage, run, overrides, params_path, root, debug) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", 2)  # a plain KeyboardInterrupt is SIGINT
-        print(f"{stage}: interrupted ({exc or 'SIGINT'}); run it again to resume from the last checkpoint", file=sys.stderr)
+        print(
+            f"{stage}: interrupted ({exc or 'SIGINT'}); run it again to resume from the last checkpoint",
+            file=sys.stderr,
+        )
         return 128 + signum
     return 0
 
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
-

@@ -22,9 +22,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.audit", description=__doc__.splitlines()[0])
     parser.add_argument("run_id")
     parser.add_argument("--rerun", action="store_true", help="re-execute the run and compare outcomes")
-    parser.add_argument("--tolerance", type=float, default=0.0,
-                        help="largest |metric difference| still WITHIN TOLERANCE (default 0: exact)")
-    parser.add_argument("--tracking-uri", default=None, help="MLflow store (default: MLFLOW_TRACKING_URI or params.yaml)")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.0,
+        help="largest |metric difference| still WITHIN TOLERANCE (default 0: exact)",
+    )
+    parser.add_argument(
+        "--tracking-uri", default=None, help="MLflow store (default: MLFLOW_TRACKING_URI or params.yaml)"
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
     args = parser.parse_args(argv)
 
@@ -34,13 +40,22 @@ def main(argv=None) -> int:
     root = Path.cwd()
     try:
         if args.rerun:
-            result = audit.rerun(args.run_id, root, args.tracking_uri, tolerance=args.tolerance,
-                                 log=lambda m: print(m, file=sys.stderr))
+            result = audit.rerun(
+                args.run_id,
+                root,
+                args.tracking_uri,
+                tolerance=args.tolerance,
+                log=lambda m: print(m, file=sys.stderr),
+            )
             print(audit.format_rerun(result), end="")
             return 1 if result.verdict == audit.DIFFERS_VERDICT else 0
         items = audit.check(args.run_id, root, args.tracking_uri)
         print(audit.format_table(items), end="")
-        print("ALL MATCH" if audit.ok(items) else f"DIFFERS: {sum(i.status == audit.DIFFERS for i in items)} item(s)")
+        print(
+            "ALL MATCH"
+            if audit.ok(items)
+            else f"DIFFERS: {sum(i.status == audit.DIFFERS for i in items)} item(s)"
+        )
         return 0 if audit.ok(items) else 1
     except USER_ERRORS as exc:
         if args.debug:

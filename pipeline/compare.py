@@ -19,7 +19,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.compare", description=__doc__.splitlines()[0])
     parser.add_argument("run_a")
     parser.add_argument("run_b")
-    parser.add_argument("--tracking-uri", default=None, help="MLflow store (default: MLFLOW_TRACKING_URI or params.yaml)")
+    parser.add_argument(
+        "--tracking-uri", default=None, help="MLflow store (default: MLFLOW_TRACKING_URI or params.yaml)"
+    )
     args = parser.parse_args(argv)
 
     from tfpipe import audit

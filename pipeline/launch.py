@@ -37,8 +37,13 @@ def _child_env(tf_config: str) -> dict:
     import pipeline
 
     # children import the same tfpipe and pipeline packages as this process
-    paths = [str(Path(tfpipe.__file__).resolve().parents[1]), str(Path(pipeline.__file__).resolve().parents[1])]
-    env["PYTHONPATH"] = os.pathsep.join([*paths, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    paths = [
+        str(Path(tfpipe.__file__).resolve().parents[1]),
+        str(Path(pipeline.__file__).resolve().parents[1]),
+    ]
+    env["PYTHONPATH"] = os.pathsep.join(
+        [*paths, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    )
     return env
 
 
@@ -52,8 +57,16 @@ def _pump(stream, prefix: str, out) -> None:
 class Launcher:
     """The processes of one job; `run()` returns the job's exit code."""
 
-    def __init__(self, strategy: str, num_workers: int, num_ps: int, train_args: Sequence[str], cwd: Path,
-                 grace: float = GRACE_SECONDS, out=None):
+    def __init__(
+        self,
+        strategy: str,
+        num_workers: int,
+        num_ps: int,
+        train_args: Sequence[str],
+        cwd: Path,
+        grace: float = GRACE_SECONDS,
+        out=None,
+    ):
         from tfpipe import cluster
 
         self.cluster = cluster.local_cluster(strategy, num_workers, num_ps)
@@ -75,12 +88,19 @@ class Launcher:
         for ttype, index in self.roles:
             env = _child_env(cluster.tf_config(self.cluster, ttype, index))
             proc = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.train", *self.train_args], cwd=self.cwd, env=env,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                [sys.executable, "-m", "pipeline.train", *self.train_args],
+                cwd=self.cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
                 start_new_session=True,  # its own process group: stop() reaches its children too
             )
             self.procs[(ttype, index)] = proc
-            t = threading.Thread(target=_pump, args=(proc.stdout, f"[{ttype}:{index}]", self.out), daemon=True)
+            t = threading.Thread(
+                target=_pump, args=(proc.stdout, f"[{ttype}:{index}]", self.out), daemon=True
+            )
             t.start()
             self._threads.append(t)
         pids = ", ".join(f"{t}:{i}={p.pid}" for (t, i), p in self.procs.items())
@@ -120,7 +140,9 @@ class Launcher:
                     if code is None:
                         continue
                     if code != 0:
-                        self._say(f"{role[0]}:{role[1]} (pid {p.pid}) exited with {code}; stopping the others")
+                        self._say(
+                            f"{role[0]}:{role[1]} (pid {p.pid}) exited with {code}; stopping the others"
+                        )
                         return code if code > 0 else 128 - code
                 if chief.poll() == 0 and (servers or all(p.poll() == 0 for p in self.procs.values())):
                     return 0
@@ -160,7 +182,11 @@ def _signal_group(proc: subprocess.Popen, sig) -> None:
         pass
 
 
-NO_RESTART_CODES = (2, 130, 143)  # bad input, or stopped by the user / a cluster manager: restarting cannot help
+NO_RESTART_CODES = (
+    2,
+    130,
+    143,
+)  # bad input, or stopped by the user / a cluster manager: restarting cannot help
 
 
 def launch(cfg, train_args: Sequence[str], root: Path, grace: Optional[float] = None, out=None) -> int:
@@ -171,18 +197,29 @@ def launch(cfg, train_args: Sequence[str], root: Path, grace: Optional[float] = 
 
     st = cfg.strategy
     if st.name not in MULTI_PROCESS_STRATEGIES:
-        raise ConfigError(f"strategy.name={st.name!r}: the launcher starts only {', '.join(MULTI_PROCESS_STRATEGIES)}")
+        raise ConfigError(
+            f"strategy.name={st.name!r}: the launcher starts only {', '.join(MULTI_PROCESS_STRATEGIES)}"
+        )
     grace = st.stop_grace_seconds if grace is None else grace
     out = out or sys.stdout
     attempt = 0
     while True:
-        code = Launcher(st.name, st.num_workers, st.num_ps if st.name == "parameter_server" else 0, train_args, root,
-                        grace=grace, out=out).run()  # fresh loopback ports every attempt
+        code = Launcher(
+            st.name,
+            st.num_workers,
+            st.num_ps if st.name == "parameter_server" else 0,
+            train_args,
+            root,
+            grace=grace,
+            out=out,
+        ).run()  # fresh loopback ports every attempt
         if code == 0 or code in NO_RESTART_CODES or attempt >= st.max_restarts:
             return code
         attempt += 1
-        out.write(f"[launcher] restart {attempt} of {st.max_restarts} (strategy.max_restarts): the job resumes from "
-                  f"its last checkpoint\n")
+        out.write(
+            f"[launcher] restart {attempt} of {st.max_restarts} (strategy.max_restarts): the job resumes from "
+            f"its last checkpoint\n"
+        )
         out.flush()
 
 
@@ -195,9 +232,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     parser = argparse.ArgumentParser(prog="python -m pipeline.launch", description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, passed on to every train process")
-    parser.add_argument("--params", default="params.yaml", help="composed config to read when no overrides are given")
-    parser.add_argument("--grace", type=float, default=None,
-                        help="seconds between SIGTERM and SIGKILL (default: strategy.stop_grace_seconds)")
+    parser.add_argument(
+        "--params", default="params.yaml", help="composed config to read when no overrides are given"
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=None,
+        help="seconds between SIGTERM and SIGKILL (default: strategy.stop_grace_seconds)",
+    )
     args = parser.parse_args(argv)
     overrides = [part for arg in args.overrides for part in shlex.split(arg)]
     logging.basicConfig(level=logging.INFO)
@@ -206,7 +249,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     from tfpipe.errors import USER_ERRORS
 
     try:
-        cfg = config.compose(overrides, config_dir=root / config.CONF_DIR) if overrides else config.load_params(root / args.params)
+        cfg = (
+            config.compose(overrides, config_dir=root / config.CONF_DIR)
+            if overrides
+            else config.load_params(root / args.params)
+        )
         train_args = overrides if overrides else ["--params", args.params]
         code = launch(cfg, train_args, root, grace=args.grace)
     except USER_ERRORS as exc:

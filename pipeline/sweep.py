@@ -30,10 +30,10 @@ _parent = None
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def job(_composed) -> None:
     global _parent
+    from omegaconf import OmegaConf
+
     from tfpipe import config, stages, tracking
     from tfpipe.errors import USER_ERRORS
-
-    from omegaconf import OmegaConf
 
     root = Path.cwd()  # version_base 1.3: Hydra does not change the working directory
     try:
@@ -41,8 +41,12 @@ def job(_composed) -> None:
         cfg = config.from_dict(OmegaConf.to_container(_composed, resolve=True), origin="conf/ (sweep job)")
         if _parent is None and HydraConfig.get().mode == RunMode.MULTIRUN:
             args = " ".join(a for a in sys.argv[1:] if a not in ("-m", "--multirun"))
-            _parent = tracking.ParentRun(cfg, root, f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
-                                         {"sweep.overrides": args, "sweep.dir": HydraConfig.get().sweep.dir})
+            _parent = tracking.ParentRun(
+                cfg,
+                root,
+                f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
+                {"sweep.overrides": args, "sweep.dir": HydraConfig.get().sweep.dir},
+            )
         stages.run_all(cfg, root)
     except USER_ERRORS as exc:
         print(f"sweep: error: {exc}", file=sys.stderr)

@@ -69,7 +69,9 @@ def write_image_tree(root: Path, train_per_class: int = 8, test_per_class: int =
             for i in range(per_class):
                 h, w = _IMAGE_SIZES[i % len(_IMAGE_SIZES)]
                 pixels = rng.integers(0, 90, size=(h, w, 3))
-                pixels[..., label] += 150  # blue, green, red -> channel 0, 1, 2 (RGB order is irrelevant here)
+                pixels[..., label] += (
+                    150  # blue, green, red -> channel 0, 1, 2 (RGB order is irrelevant here)
+                )
                 image = Image.fromarray(pixels.clip(0, 255).astype(np.uint8), "RGB")
                 ext = exts[i % len(exts)]
                 image.save(folder / f"{i:04d}.{ext}", format="PNG" if ext == "png" else "JPEG", quality=95)

@@ -15,14 +15,26 @@ import pytest
 from tfpipe import audit
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["experiment=smoke", "data.source=directory", "data.examples_per_shard=8", "model.filters=[8,8]",
-        "model.dense_units=16", "train.batch_size_per_replica=8", "train.log_every_steps=1",
-        "tracking.log_model=false", "data.output_dir=data/prepared/cifar10"]
+TINY = [
+    "experiment=smoke",
+    "data.source=directory",
+    "data.examples_per_shard=8",
+    "model.filters=[8,8]",
+    "model.dense_units=16",
+    "train.batch_size_per_replica=8",
+    "train.log_every_steps=1",
+    "tracking.log_model=false",
+    "data.output_dir=data/prepared/cifar10",
+]
 
 
 def _git(project, *args):
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=project, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=project,
+        check=True,
+        capture_output=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +46,9 @@ def audited(tmp_path_factory, prepared_image, image_dir):
     saved = os.environ.pop("MLFLOW_TRACKING_URI", None)
     project = tmp_path_factory.mktemp("audit") / "project"
     shutil.copytree(prepared_image.prepared_dir, project / "data" / "prepared" / "cifar10")
-    (project / ".gitignore").write_text("/data/\n/models/\n/metrics/\n/plots/\n/run.json\n/mlflow.db\n/mlartifacts/\n")
+    (project / ".gitignore").write_text(
+        "/data/\n/models/\n/metrics/\n/plots/\n/run.json\n/mlflow.db\n/mlartifacts/\n"
+    )
     overrides = [*TINY, f"data.path={image_dir}"]
     (project / "params.yaml").write_text(config.compose_yaml(overrides, config_dir=ROOT / "conf"))
     _git(project, "init", "-q", "-b", "main")
@@ -43,7 +57,9 @@ def audited(tmp_path_factory, prepared_image, image_dir):
     cfg = config.load_params(project / "params.yaml")
     stages.run_train(cfg, project)
     run_a = json.loads((project / "run.json").read_text())["run_id"]
-    stages.run_train(config.compose([*overrides, "train.optimizer.learning_rate=0.01"], config_dir=ROOT / "conf"), project)
+    stages.run_train(
+        config.compose([*overrides, "train.optimizer.learning_rate=0.01"], config_dir=ROOT / "conf"), project
+    )
     run_b = json.loads((project / "run.json").read_text())["run_id"]
     yield project, run_a, run_b
     if saved is not None:
@@ -53,8 +69,9 @@ def audited(tmp_path_factory, prepared_image, image_dir):
 def _cli(module, *args, cwd):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "src"), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def _by_name(items):
@@ -66,7 +83,9 @@ def test_untouched_project_passes_the_check(audited):
     proc = _cli("pipeline.audit", run_a, cwd=project)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("code", "data.manifest", "config", "env.tensorflow", "env.keras", "env.python"):
-        assert any(line.startswith(name + " ") and " match " in line for line in proc.stdout.splitlines()), proc.stdout
+        assert any(line.startswith(name + " ") and " match " in line for line in proc.stdout.splitlines()), (
+            proc.stdout
+        )
     assert "ALL MATCH" in proc.stdout
 
 
@@ -116,7 +135,10 @@ def test_a_different_package_version_is_an_environment_difference(audited):
     env["packages"] = {**env["packages"], "keras": "3.0.0"}
     items = _by_name(audit.check(run_a, project, present_environment=env))
     assert items["env.keras"].status == audit.DIFFERS
-    assert items["env.keras"].present == "3.0.0" and items["env.keras"].recorded == provenance.package_versions()["keras"]
+    assert (
+        items["env.keras"].present == "3.0.0"
+        and items["env.keras"].recorded == provenance.package_versions()["keras"]
+    )
     assert items["env.tensorflow"].status == audit.MATCH
     assert items["env.all_packages"].status == audit.MATCH  # the full recorded freeze equals this environment
     env["pip_freeze"] = provenance.pip_freeze().replace("\nkeras==", "\nkeras==0.0.1-")
@@ -155,16 +177,36 @@ def test_rerun_of_a_dvc_run_is_reproduced_and_recorded(tmp_path, image_dir, text
     assert before["params"]["precision.policy"] == "auto" and resolved in ("float32", "mixed_bfloat16")
 
     env = {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(project / "src")])}
-    check = subprocess.run([sys.executable, "-m", "pipeline.audit", run_id], cwd=project, env=env,
-                           capture_output=True, text=True, timeout=300)
-    assert check.returncode == 0, check.stdout + check.stderr  # DVC's dvc.lock/.gitignore are not code changes
-    proc = subprocess.run([sys.executable, "-m", "pipeline.audit", run_id, "--rerun"], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=600)
+    check = subprocess.run(
+        [sys.executable, "-m", "pipeline.audit", run_id],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert check.returncode == 0, (
+        check.stdout + check.stderr
+    )  # DVC's dvc.lock/.gitignore are not code changes
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.audit", run_id, "--rerun"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "REPRODUCED", proc.stdout
-    assert f"precision.policy=auto ran as {resolved}: the re-run uses {resolved}" in proc.stderr  # progress log
+    assert (
+        f"precision.policy=auto ran as {resolved}: the re-run uses {resolved}" in proc.stderr
+    )  # progress log
     after = reading.load_run(uri, run_id)
     assert after["tags"]["audit.verdict"] == "REPRODUCED" and after["tags"]["audit.time"]
     assert after["metrics"] == before["metrics"]  # the verdict never alters the run's metrics
-    assert "worktree" not in subprocess.run(["git", "worktree", "list"], cwd=project, capture_output=True,
-                                            text=True).stdout.split("\n", 1)[-1]
+    assert (
+        "worktree"
+        not in subprocess.run(
+            ["git", "worktree", "list"], cwd=project, capture_output=True, text=True
+        ).stdout.split("\n", 1)[-1]
+    )

@@ -74,7 +74,9 @@ def test_train_stops_on_a_damaged_shard_naming_it(capsys, project, prepared_copy
 
     shard = _shard(prepared_copy)
     expected = damage(shard)
-    code, lines = _stage(capsys, "train", run_train, ["experiment=smoke", f"data.output_dir={prepared_copy}"], project)
+    code, lines = _stage(
+        capsys, "train", run_train, ["experiment=smoke", f"data.output_dir={prepared_copy}"], project
+    )
     assert code == 2
     assert lines == [lines[0]] and lines[0].startswith(f"train: error: {shard}: "), lines
     assert expected in lines[0] and "run the prepare stage again" in lines[0]
@@ -91,12 +93,20 @@ def test_train_process_stops_on_an_altered_shard(project, prepared_copy):
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "TF_CONFIG", "TFPIPE_DEBUG"):
         env.pop(name, None)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pipeline.train", "experiment=smoke", f"data.output_dir={prepared_copy}"],
-                          cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.train", "experiment=smoke", f"data.output_dir={prepared_copy}"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("train: error:")]
-    assert errors == [f"train: error: {shard}: sha256 does not match the manifest (altered); run the prepare stage again"]
+    assert errors == [
+        f"train: error: {shard}: sha256 does not match the manifest (altered); run the prepare stage again"
+    ]
     assert proc.stderr.rstrip().endswith(errors[0])  # the last word, after TensorFlow's start-up lines
     assert not (project / "run.json").exists() and not (project / "models").exists()
     assert time.monotonic() - started < 120
@@ -106,7 +116,13 @@ def test_train_process_stops_on_an_altered_shard(project, prepared_copy):
 
 
 def _prepare_args(source: Path, out: Path, *extra: str) -> list:
-    return ["data.source=directory", f"data.path={source}", f"data.output_dir={out}", "data.examples_per_shard=8", *extra]
+    return [
+        "data.source=directory",
+        f"data.path={source}",
+        f"data.output_dir={out}",
+        "data.examples_per_shard=8",
+        *extra,
+    ]
 
 
 def test_prepare_stops_on_a_corrupt_image_naming_it(capsys, image_dir, tmp_path):
@@ -130,7 +146,9 @@ def test_prepare_stops_on_undecodable_text_naming_it(capsys, text_dir, tmp_path)
     shutil.copytree(text_dir, source)
     bad = source / "train" / "pos" / "77_9.txt"
     bad.write_bytes(b"\xff\xfe caf\xe9 great")
-    code, lines = _stage(capsys, "prepare", run_prepare, _prepare_args(source, tmp_path / "out", "dataset=imdb"), ROOT)
+    code, lines = _stage(
+        capsys, "prepare", run_prepare, _prepare_args(source, tmp_path / "out", "dataset=imdb"), ROOT
+    )
     assert code == 2 and len(lines) == 1
     assert lines[0].startswith(f"prepare: error: {bad}: ") and "not a UTF-8 text file" in lines[0]
 
@@ -145,7 +163,9 @@ def test_skipped_bad_files_are_counted_and_the_count_logged(image_dir, tmp_path,
     with caplog.at_level(logging.WARNING, logger="tfpipe"):
         manifest = data.prepare(cfg, progress=False)
     assert manifest["skipped_files"]["count"] == 2
-    assert sorted(manifest["skipped_files"]["examples"]) == sorted(p.relative_to(source).as_posix() for p in bad)
+    assert sorted(manifest["skipped_files"]["examples"]) == sorted(
+        p.relative_to(source).as_posix() for p in bad
+    )
     logged = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
     assert logged and "skipped 2 bad files (data.on_bad_file=skip)" in logged[0], logged
     data.verify_shards(cfg.data.output_dir)

@@ -43,7 +43,10 @@ BAD_OVERRIDES = [
     (["train.epochs=abc"], ["train.epochs", "'abc'", "expected an integer"]),
     (["train.epochs=1.5"], ["train.epochs", "1.5", "expected an integer"]),
     (["train.batch_size_per_replica=true"], ["train.batch_size_per_replica", "True", "expected an integer"]),
-    (["train.optimizer.learning_rate=fast"], ["train.optimizer.learning_rate", "'fast'", "expected a number"]),
+    (
+        ["train.optimizer.learning_rate=fast"],
+        ["train.optimizer.learning_rate", "'fast'", "expected a number"],
+    ),
     (["train.cache=maybe"], ["train.cache", "'maybe'", "expected true or false"]),
     (["data.seed=x"], ["data.seed", "'x'", "expected an integer"]),
     (["model.filters=16"], ["model.filters", "16", "expected a list of int"]),
@@ -53,32 +56,80 @@ BAD_OVERRIDES = [
     # unknown keys, at every level, with a did-you-mean
     (["foo=1"], ["foo=1", "unknown config key", "allowed keys under '<root>': model, dataset"]),
     (["train.epochz=3"], ["train.epochz=3", "did you mean 'train.epochs'", "allowed keys under 'train'"]),
-    (["train.optimizer.lr=0.1"], ["train.optimizer.lr=0.1", "did you mean 'train.optimizer.learning_rate'",
-                                  "allowed keys under 'train.optimizer'"]),
-    (["train.lr_schedule.warmup=1"], ["train.lr_schedule.warmup=1", "did you mean 'train.lr_schedule.warmup_epochs'",
-                                      "allowed keys under 'train.lr_schedule'"]),
-    (["data.sorce=directory"], ["data.sorce=directory", "did you mean 'data.source'", "allowed keys under 'data'"]),
-    (["tracking.url=http://x"], ["tracking.url=http://x", "did you mean 'tracking.uri'", "allowed keys under 'tracking'"]),
-    (["strategy.nme=mirrored"], ["strategy.nme=mirrored", "did you mean 'strategy.name'", "allowed keys under 'strategy'"]),
-    (["+model._target_=os.system"], ["model._target_=os.system", "unknown config key", "allowed keys under 'model'"]),
-    (["train.global_batch_size=256"], ["train.global_batch_size=256", "did you mean 'train.batch_size_per_replica'",
-                                       "divides evenly"]),
+    (
+        ["train.optimizer.lr=0.1"],
+        [
+            "train.optimizer.lr=0.1",
+            "did you mean 'train.optimizer.learning_rate'",
+            "allowed keys under 'train.optimizer'",
+        ],
+    ),
+    (
+        ["train.lr_schedule.warmup=1"],
+        [
+            "train.lr_schedule.warmup=1",
+            "did you mean 'train.lr_schedule.warmup_epochs'",
+            "allowed keys under 'train.lr_schedule'",
+        ],
+    ),
+    (
+        ["data.sorce=directory"],
+        ["data.sorce=directory", "did you mean 'data.source'", "allowed keys under 'data'"],
+    ),
+    (
+        ["tracking.url=http://x"],
+        ["tracking.url=http://x", "did you mean 'tracking.uri'", "allowed keys under 'tracking'"],
+    ),
+    (
+        ["strategy.nme=mirrored"],
+        ["strategy.nme=mirrored", "did you mean 'strategy.name'", "allowed keys under 'strategy'"],
+    ),
+    (
+        ["+model._target_=os.system"],
+        ["model._target_=os.system", "unknown config key", "allowed keys under 'model'"],
+    ),
+    (
+        ["train.global_batch_size=256"],
+        ["train.global_batch_size=256", "did you mean 'train.batch_size_per_replica'", "divides evenly"],
+    ),
     (["trian.epochs=3"], ["trian.epochs=3", "did you mean 'train.epochs'", "allowed keys under '<root>'"]),
     (["train.epochs.x=1"], ["train.epochs.x", "'train.epochs' is a value", "not a section"]),
     # config group options
     (["dataset=mnist"], ["dataset='mnist'", "config group 'dataset'", "allowed: cifar10, imdb"]),
-    (["model=resnet50"], ["model='resnet50'", "config group 'model'", "allowed: cnn, embedding_gap, nbsvm, ngram_bag, resnet"]),
+    (
+        ["model=resnet50"],
+        ["model='resnet50'", "config group 'model'", "allowed: cnn, embedding_gap, nbsvm, ngram_bag, resnet"],
+    ),
     (["strategy=tpu_pod"], ["strategy='tpu_pod'", "did you mean 'tpu'", "allowed: auto, central_storage"]),
-    (["precision=fp8"], ["precision='fp8'", "config group 'precision'", "allowed: auto, float32, mixed_bfloat16"]),
-    (["experiment=huge"], ["experiment='huge'", "config group 'experiment'", "allowed: cifar10, cifar10_fast, imdb, imdb_fast, smoke"]),
+    (
+        ["precision=fp8"],
+        ["precision='fp8'", "config group 'precision'", "allowed: auto, float32, mixed_bfloat16"],
+    ),
+    (
+        ["experiment=huge"],
+        [
+            "experiment='huge'",
+            "config group 'experiment'",
+            "allowed: cifar10, cifar10_fast, imdb, imdb_fast, smoke",
+        ],
+    ),
     (["dataset=imdb", "model=cnn"], ["model.name='cnn'", "dataset 'imdb' is text", "allowed: embedding_gap"]),
     # names out of their set
-    (["train.optimizer.name=adamax"], ["train.optimizer.name='adamax'", "did you mean 'adam'", "allowed: adam, adamw, sgd"]),
-    (["train.lr_schedule.name=step"], ["train.lr_schedule.name='step'", "not allowed", "allowed: constant, cosine, onecycle"]),
+    (
+        ["train.optimizer.name=adamax"],
+        ["train.optimizer.name='adamax'", "did you mean 'adam'", "allowed: adam, adamw, sgd"],
+    ),
+    (
+        ["train.lr_schedule.name=step"],
+        ["train.lr_schedule.name='step'", "not allowed", "allowed: constant, cosine, onecycle"],
+    ),
     (["data.source=s3"], ["data.source='s3'", "not allowed", "allowed: tfds, directory"]),
     (["data.on_bad_file=ignore"], ["data.on_bad_file='ignore'", "not allowed", "allowed: fail, skip"]),
     (["train.lr_scaling=sqrt"], ["train.lr_scaling='sqrt'", "not allowed", "allowed: none, linear"]),
-    (["+strategy.communication=mpi"], ["strategy.communication='mpi'", "not allowed", "allowed: auto, ring, nccl"]),
+    (
+        ["+strategy.communication=mpi"],
+        ["strategy.communication='mpi'", "not allowed", "allowed: auto, ring, nccl"],
+    ),
     # out of range: zero, negative, too large
     (["train.batch_size_per_replica=0"], ["train.batch_size_per_replica=0", "must be > 0"]),
     (["train.batch_size_per_replica=-8"], ["train.batch_size_per_replica=-8", "must be > 0"]),
@@ -90,31 +141,62 @@ BAD_OVERRIDES = [
     (["data.validation_fraction=1.0"], ["data.validation_fraction=1.0", "must be in (0, 1)"]),
     (["data.examples_per_shard=0"], ["data.examples_per_shard=0", "must be > 0"]),
     (["data.max_examples_per_split=-1"], ["data.max_examples_per_split=-1", "must be > 0"]),
-    (["train.lr_schedule.warmup_epochs=99"], ["train.lr_schedule.warmup_epochs=99.0", "must be <= train.epochs"]),
+    (
+        ["train.lr_schedule.warmup_epochs=99"],
+        ["train.lr_schedule.warmup_epochs=99.0", "must be <= train.epochs"],
+    ),
     (["train.histogram_every_epochs=-1"], ["train.histogram_every_epochs=-1", "must be >= 0"]),
     (["dataset.channels=2"], ["dataset.channels=2", "allowed: 1, 3"]),
     (["train.profile_steps=20-10"], ["train.profile_steps='20-10'", "1 <= FIRST <= LAST"]),
     (["+strategy.num_workers=0"], ["strategy.num_workers=0", "must be > 0"]),
     # cross-field rules
-    (["train.steps_per_epoch=5", "train.grad_accumulation_steps=2"],
-     ["train.steps_per_epoch=5", "must be a multiple of train.grad_accumulation_steps (2)"]),
-    (["strategy=parameter_server", "train.grad_accumulation_steps=2"],
-     ["train.grad_accumulation_steps=2", "strategy.name=parameter_server", "allowed: 1"]),
-    (["strategy=tpu", "precision=mixed_float16"],
-     ["precision.policy='mixed_float16'", "strategy.name=tpu", "allowed with tpu: mixed_bfloat16, float32"]),
-    (["strategy=mirrored", "strategy.devices=[/cpu:0,/cpu:0]"],
-     ["strategy.devices=['/cpu:0', '/cpu:0']", "twice", "allowed: distinct devices"]),
+    (
+        ["train.steps_per_epoch=5", "train.grad_accumulation_steps=2"],
+        ["train.steps_per_epoch=5", "must be a multiple of train.grad_accumulation_steps (2)"],
+    ),
+    (
+        ["strategy=parameter_server", "train.grad_accumulation_steps=2"],
+        ["train.grad_accumulation_steps=2", "strategy.name=parameter_server", "allowed: 1"],
+    ),
+    (
+        ["strategy=tpu", "precision=mixed_float16"],
+        [
+            "precision.policy='mixed_float16'",
+            "strategy.name=tpu",
+            "allowed with tpu: mixed_bfloat16, float32",
+        ],
+    ),
+    (
+        ["strategy=mirrored", "strategy.devices=[/cpu:0,/cpu:0]"],
+        ["strategy.devices=['/cpu:0', '/cpu:0']", "twice", "allowed: distinct devices"],
+    ),
     # formats
     (["strategy.device=gpu0"], ["strategy.device='gpu0'", "not a device name", "allowed: /cpu:N, /gpu:N"]),
-    (["tracking.uri=htp://localhost:5000"], ["tracking.uri='htp://localhost:5000'", "did you mean 'http'",
-                                             "allowed: sqlite, file, http, https"]),
-    (["tracking.uri=sqlite:mlflow.db"], ["tracking.uri='sqlite:mlflow.db'", "missing '//'", "sqlite:///mlflow.db"]),
+    (
+        ["tracking.uri=htp://localhost:5000"],
+        ["tracking.uri='htp://localhost:5000'", "did you mean 'http'", "allowed: sqlite, file, http, https"],
+    ),
+    (
+        ["tracking.uri=sqlite:mlflow.db"],
+        ["tracking.uri='sqlite:mlflow.db'", "missing '//'", "sqlite:///mlflow.db"],
+    ),
     (["tracking.experiment_name="], ["tracking.experiment_name", "empty", "name the MLflow experiment"]),
-    (["strategy.num_workers=3"], ["strategy.num_workers=3", "not set by the selected 'strategy' config option",
-                                  "+strategy.num_workers=3"]),
+    (
+        ["strategy.num_workers=3"],
+        [
+            "strategy.num_workers=3",
+            "not set by the selected 'strategy' config option",
+            "+strategy.num_workers=3",
+        ],
+    ),
     (["train.epochs"], ["'train.epochs'", "expected KEY=VALUE", "+KEY=VALUE"]),
-    (["train.epochs=${oc.env:TFPIPE_SURELY_UNSET}"], ["train.epochs=${oc.env:TFPIPE_SURELY_UNSET}",
-                                                       "Environment variable 'TFPIPE_SURELY_UNSET' not found"]),
+    (
+        ["train.epochs=${oc.env:TFPIPE_SURELY_UNSET}"],
+        [
+            "train.epochs=${oc.env:TFPIPE_SURELY_UNSET}",
+            "Environment variable 'TFPIPE_SURELY_UNSET' not found",
+        ],
+    ),
 ]
 
 
@@ -179,17 +261,37 @@ GOOD_PARAMS = (ROOT / "params.yaml").read_text(encoding="utf-8")
 BAD_PARAMS = [
     ("not yaml", "train: [1, 2\n", ["params.yaml", "not valid YAML"]),
     ("a list", "- train\n- data\n", ["params.yaml", "expected a mapping of config sections", "list"]),
-    ("unknown section", GOOD_PARAMS + "trian:\n  epochs: 1\n", ["trian", "did you mean 'train'", "allowed keys under '<root>'"]),
-    ("wrong type", GOOD_PARAMS.replace("epochs: 3", "epochs: three", 1), ["train.epochs", "'three'", "expected an integer"]),
+    (
+        "unknown section",
+        GOOD_PARAMS + "trian:\n  epochs: 1\n",
+        ["trian", "did you mean 'train'", "allowed keys under '<root>'"],
+    ),
+    (
+        "wrong type",
+        GOOD_PARAMS.replace("epochs: 3", "epochs: three", 1),
+        ["train.epochs", "'three'", "expected an integer"],
+    ),
     ("section not a mapping", GOOD_PARAMS + "tracking: 5\n", ["tracking", "expected a mapping", "5"]),
-    ("unknown nested key", GOOD_PARAMS.replace("  name: adam", "  name: adam\n    betas: 2", 1),
-     ["train.optimizer.betas=2", "unknown config key", "allowed keys under 'train.optimizer'"]),
-    ("bad value", GOOD_PARAMS.replace("policy: auto", "policy: float64", 1),
-     ["precision.policy='float64'", "did you mean 'float32'", "allowed: float32, mixed_bfloat16, mixed_float16, auto"]),
+    (
+        "unknown nested key",
+        GOOD_PARAMS.replace("  name: adam", "  name: adam\n    betas: 2", 1),
+        ["train.optimizer.betas=2", "unknown config key", "allowed keys under 'train.optimizer'"],
+    ),
+    (
+        "bad value",
+        GOOD_PARAMS.replace("policy: auto", "policy: float64", 1),
+        [
+            "precision.policy='float64'",
+            "did you mean 'float32'",
+            "allowed: float32, mixed_bfloat16, mixed_float16, auto",
+        ],
+    ),
 ]
 
 
-@pytest.mark.parametrize("text, expected", [(t, e) for _, t, e in BAD_PARAMS], ids=[i for i, _, _ in BAD_PARAMS])
+@pytest.mark.parametrize(
+    "text, expected", [(t, e) for _, t, e in BAD_PARAMS], ids=[i for i, _, _ in BAD_PARAMS]
+)
 def test_bad_params_file_is_refused_in_one_line(capsys, cli_env, tmp_path, text, expected):
     params = tmp_path / "params.yaml"
     params.write_text(text, encoding="utf-8")
@@ -210,36 +312,85 @@ def test_good_params_pass_the_checks():
     cfg = config.load_params(ROOT / "params.yaml")
     preflight.check_devices(cfg)
     preflight.check_tf_config(cfg, {})
-    config.compose(["experiment=smoke", "strategy=mirrored", "strategy.devices=[/cpu:0,/cpu:1]"], config_dir=ROOT / "conf")
+    config.compose(
+        ["experiment=smoke", "strategy=mirrored", "strategy.devices=[/cpu:0,/cpu:1]"],
+        config_dir=ROOT / "conf",
+    )
 
 
 # ----------------------------------------------------------------------------- what the config asks of this host
 
-_PS_WORKERS_ONLY = json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}})
-_INDEX_OUT_OF_RANGE = json.dumps({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 3}})
-_WITH_PS = json.dumps({"cluster": {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}})
+_PS_WORKERS_ONLY = json.dumps(
+    {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}}
+)
+_INDEX_OUT_OF_RANGE = json.dumps(
+    {"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 3}}
+)
+_WITH_PS = json.dumps(
+    {"cluster": {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}}
+)
 
 BAD_HOST = [
-    ("gpu device without a GPU", {}, ["strategy.device=/gpu:0", "precision=mixed_float16"],
-     ["strategy.device='/gpu:0'", "no such device", "mixed_float16", "allowed: /cpu:0"]),
-    ("cpu index one_device", {}, ["strategy.device=/cpu:1"],
-     ["strategy.device='/cpu:1'", "no such device", "allowed: /cpu:0"]),
-    ("cpu index mirrored", {}, ["strategy=mirrored", "strategy.devices=[/cpu:0,/cpu:2]"],
-     ["strategy.devices[1]='/cpu:2'", "no such device", "allowed: /cpu:0, /cpu:1"]),
-    ("tpu without a TPU", {}, ["strategy=tpu"],
-     ["strategy.name='tpu'", "no local TPU", "allowed: strategy.tpu=<TPU name or grpc://address>"]),
-    ("TF_CONFIG not JSON", {"TF_CONFIG": "{not json"}, ["strategy=multi_worker_mirrored"],
-     ["TF_CONFIG='{not json'", "not valid JSON"]),
-    ("TF_CONFIG task index", {"TF_CONFIG": _INDEX_OUT_OF_RANGE}, ["strategy=multi_worker_mirrored"],
-     ["TF_CONFIG=", "task.index=3 out of range", "1 tasks"]),
-    ("TF_CONFIG jobs for parameter_server", {"TF_CONFIG": _PS_WORKERS_ONLY}, ["strategy=parameter_server"],
-     ["TF_CONFIG", "lack chief, ps", "allowed: chief (the coordinator), worker and ps"]),
-    ("TF_CONFIG ps for mirrored", {"TF_CONFIG": _WITH_PS}, ["strategy=multi_worker_mirrored"],
-     ["TF_CONFIG", "ps, worker", "allowed: worker (and optionally chief), no ps"]),
-    ("unreachable MLflow server", {"MLFLOW_TRACKING_URI": "http://127.0.0.1:{port}"}, ["experiment=smoke"],
-     ["http://127.0.0.1:", "unreachable", "point MLFLOW_TRACKING_URI / tracking.uri elsewhere"]),
-    ("sqlite store in a missing folder", {}, ["tracking.uri=sqlite:////nonexistent/store/mlflow.db"],
-     ["sqlite:////nonexistent/store/mlflow.db", "does not exist", "fix tracking.uri"]),
+    (
+        "gpu device without a GPU",
+        {},
+        ["strategy.device=/gpu:0", "precision=mixed_float16"],
+        ["strategy.device='/gpu:0'", "no such device", "mixed_float16", "allowed: /cpu:0"],
+    ),
+    (
+        "cpu index one_device",
+        {},
+        ["strategy.device=/cpu:1"],
+        ["strategy.device='/cpu:1'", "no such device", "allowed: /cpu:0"],
+    ),
+    (
+        "cpu index mirrored",
+        {},
+        ["strategy=mirrored", "strategy.devices=[/cpu:0,/cpu:2]"],
+        ["strategy.devices[1]='/cpu:2'", "no such device", "allowed: /cpu:0, /cpu:1"],
+    ),
+    (
+        "tpu without a TPU",
+        {},
+        ["strategy=tpu"],
+        ["strategy.name='tpu'", "no local TPU", "allowed: strategy.tpu=<TPU name or grpc://address>"],
+    ),
+    (
+        "TF_CONFIG not JSON",
+        {"TF_CONFIG": "{not json"},
+        ["strategy=multi_worker_mirrored"],
+        ["TF_CONFIG='{not json'", "not valid JSON"],
+    ),
+    (
+        "TF_CONFIG task index",
+        {"TF_CONFIG": _INDEX_OUT_OF_RANGE},
+        ["strategy=multi_worker_mirrored"],
+        ["TF_CONFIG=", "task.index=3 out of range", "1 tasks"],
+    ),
+    (
+        "TF_CONFIG jobs for parameter_server",
+        {"TF_CONFIG": _PS_WORKERS_ONLY},
+        ["strategy=parameter_server"],
+        ["TF_CONFIG", "lack chief, ps", "allowed: chief (the coordinator), worker and ps"],
+    ),
+    (
+        "TF_CONFIG ps for mirrored",
+        {"TF_CONFIG": _WITH_PS},
+        ["strategy=multi_worker_mirrored"],
+        ["TF_CONFIG", "ps, worker", "allowed: worker (and optionally chief), no ps"],
+    ),
+    (
+        "unreachable MLflow server",
+        {"MLFLOW_TRACKING_URI": "http://127.0.0.1:{port}"},
+        ["experiment=smoke"],
+        ["http://127.0.0.1:", "unreachable", "point MLFLOW_TRACKING_URI / tracking.uri elsewhere"],
+    ),
+    (
+        "sqlite store in a missing folder",
+        {},
+        ["tracking.uri=sqlite:////nonexistent/store/mlflow.db"],
+        ["sqlite:////nonexistent/store/mlflow.db", "does not exist", "fix tracking.uri"],
+    ),
 ]
 
 
@@ -270,8 +421,9 @@ def _env(**extra) -> dict:
 
 def _spawn(args, cwd=ROOT, **env):
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=_env(**env), capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", *args], cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=120
+    )
     return proc, time.monotonic() - start
 
 
@@ -298,7 +450,9 @@ def test_real_cli_refuses_a_bad_params_yaml_as_dvc_runs_it(tmp_path):
 def test_real_cli_unknown_flag_is_one_line():
     proc, _ = _spawn(["pipeline.train", "--bogus"])
     assert proc.returncode == 2
-    assert proc.stderr.splitlines() == ["python -m pipeline.train: error: unrecognized arguments: --bogus (see --help)"]
+    assert proc.stderr.splitlines() == [
+        "python -m pipeline.train: error: unrecognized arguments: --bogus (see --help)"
+    ]
 
 
 @pytest.mark.parametrize("how", ["--debug", "TFPIPE_DEBUG=1"])
@@ -317,8 +471,9 @@ def test_debug_shows_the_traceback(how):
 
 def test_real_cli_unreachable_mlflow_fails_fast_before_the_data():
     port = _closed_port()
-    proc, elapsed = _spawn(["pipeline.train", "experiment=smoke", *NO_DATA],
-                           MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}")
+    proc, elapsed = _spawn(
+        ["pipeline.train", "experiment=smoke", *NO_DATA], MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}"
+    )
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         f"train: error: MLflow tracking server http://127.0.0.1:{port} is unreachable ([Errno 111] Connection refused); "

@@ -32,7 +32,12 @@ def test_compose_matches_what_dvc_writes(tmp_path):
     """`dvc exp run -S` and `mlflow run -P overrides=` resolve the same overrides to the same config."""
     from dvc.utils.hydra import compose_and_dump
 
-    overrides = ["dataset=imdb", "precision=mixed_bfloat16", "train.epochs=1", "train.optimizer.learning_rate=0.01"]
+    overrides = [
+        "dataset=imdb",
+        "precision=mixed_bfloat16",
+        "train.epochs=1",
+        "train.optimizer.learning_rate=0.01",
+    ]
     dvc_params = tmp_path / "params.yaml"
     compose_and_dump(dvc_params, str(ROOT / "conf"), None, "config", str(ROOT), overrides)
     from_dvc = config.load_params(dvc_params)
@@ -126,7 +131,10 @@ def test_stage_refuses_bad_config_fast_without_traceback(stage):
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", f"pipeline.{stage}", "train.batch_size_per_replica=0"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     elapsed = time.monotonic() - start
     assert proc.returncode == 2, proc.stderr

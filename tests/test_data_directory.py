@@ -11,15 +11,20 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from conftest import write_text_tree
 from PIL import Image
 
-from conftest import write_text_tree
 from tfpipe import data
 
 
 def _prepare(make_config, source: Path, output: Path, *overrides: str) -> dict:
-    cfg = make_config("data.source=directory", f"data.path={source}", f"data.output_dir={output}",
-                      "data.examples_per_shard=8", *overrides)
+    cfg = make_config(
+        "data.source=directory",
+        f"data.path={source}",
+        f"data.output_dir={output}",
+        "data.examples_per_shard=8",
+        *overrides,
+    )
     return data.prepare(cfg, progress=False)
 
 
@@ -46,12 +51,18 @@ def test_image_manifest_counts_classes_and_shards(prepared_image):
     manifest = data.load_manifest(prepared_dir)
     assert manifest["format_version"] == 1
     assert manifest["dataset"] == "cifar10" and manifest["modality"] == "image"
-    assert manifest["source"] == {"type": "directory", "path": manifest["source"]["path"], "tfds_name": None,
-                                  "version": None}
+    assert manifest["source"] == {
+        "type": "directory",
+        "path": manifest["source"]["path"],
+        "tfds_name": None,
+        "version": None,
+    }
     assert Path(manifest["source"]["path"]).name == Path(cfg.data.path).name
     assert manifest["class_names"] == ["blue", "green", "red"] and manifest["num_classes"] == 3
-    assert manifest["feature_spec"] == {"image": {"dtype": "uint8", "shape": [32, 32, 3], "encoding": "raw"},
-                                        "label": {"dtype": "int64", "shape": []}}
+    assert manifest["feature_spec"] == {
+        "image": {"dtype": "uint8", "shape": [32, 32, 3], "encoding": "raw"},
+        "label": {"dtype": "int64", "shape": []},
+    }
     counts = {split: info["num_examples"] for split, info in manifest["splits"].items()}
     assert counts == {"train": 21, "validation": 3, "test": 9}  # 8/class train, 1/class carved, 3/class test
     assert manifest["vocab_file"] is None and manifest["vocab_size"] is None
@@ -97,8 +108,9 @@ def test_odd_sizes_and_modes_are_resized_and_converted(tmp_path, make_config):
             Image.new("RGB", (61, 17), rgb).save(src / split / cls / "wide.png")  # 17x61 (h x w)
             Image.new("RGBA", (9, 40), (*rgb, 255)).save(src / split / cls / "rgba.png")
             Image.new("L", (33, 33), 128).save(src / split / cls / "grey.png")
-    manifest = _prepare(make_config, src, tmp_path / "out", "dataset.image_size=[12,20]",
-                        "data.validation_fraction=0.2")
+    manifest = _prepare(
+        make_config, src, tmp_path / "out", "dataset.image_size=[12,20]", "data.validation_fraction=0.2"
+    )
     assert manifest["feature_spec"]["image"]["shape"] == [12, 20, 3]
     images, labels = _read_split(tmp_path / "out", "test")
     assert images.shape == (6, 12, 20, 3)
@@ -121,15 +133,21 @@ def test_preparing_twice_gives_identical_shards(image_dir, tmp_path, make_config
     assert first["splits"] == second["splits"]  # names, counts, bytes and sha256 of every shard
     for info in first["splits"].values():
         for shard in info["shards"]:
-            assert (tmp_path / "one" / shard["file"]).read_bytes() == (tmp_path / "two" / shard["file"]).read_bytes()
+            assert (tmp_path / "one" / shard["file"]).read_bytes() == (
+                tmp_path / "two" / shard["file"]
+            ).read_bytes()
     first["config"]["data"].pop("output_dir"), second["config"]["data"].pop("output_dir")
     assert first == second
 
 
 def test_reprepare_replaces_the_output_and_is_up_to_date(image_dir, tmp_path, make_config):
     out = tmp_path / "prepared"
-    cfg = make_config("data.source=directory", f"data.path={image_dir}", f"data.output_dir={out}",
-                      "data.examples_per_shard=4")
+    cfg = make_config(
+        "data.source=directory",
+        f"data.path={image_dir}",
+        f"data.output_dir={out}",
+        "data.examples_per_shard=4",
+    )
     assert not data.is_up_to_date(cfg)
     data.prepare(cfg, progress=False)
     (out / "stray.txt").write_text("left over")
@@ -137,8 +155,14 @@ def test_reprepare_replaces_the_output_and_is_up_to_date(image_dir, tmp_path, ma
     data.prepare(cfg, progress=False)  # a second run replaces the whole folder
     assert not (out / "stray.txt").exists()
     assert data.is_up_to_date(cfg)
-    assert not data.is_up_to_date(make_config("data.source=directory", f"data.path={image_dir}",
-                                              f"data.output_dir={out}", "data.examples_per_shard=5"))
+    assert not data.is_up_to_date(
+        make_config(
+            "data.source=directory",
+            f"data.path={image_dir}",
+            f"data.output_dir={out}",
+            "data.examples_per_shard=5",
+        )
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["prepared"]  # no temp or old siblings left
     shard = out / data.load_manifest(out)["splits"]["train"]["shards"][0]["file"]
     shard.write_bytes(shard.read_bytes()[:-1])
@@ -169,8 +193,10 @@ def test_text_manifest_vocab_and_ignored_files(prepared_text, text_dir):
     manifest = data.load_manifest(prepared_dir)
     assert manifest["modality"] == "text" and manifest["dataset"] == "imdb"
     assert manifest["class_names"] == ["neg", "pos"] and manifest["num_classes"] == 2
-    assert manifest["feature_spec"] == {"text": {"dtype": "string", "shape": []},
-                                        "label": {"dtype": "int64", "shape": []}}
+    assert manifest["feature_spec"] == {
+        "text": {"dtype": "string", "shape": []},
+        "label": {"dtype": "int64", "shape": []},
+    }
     counts = {split: info["num_examples"] for split, info in manifest["splits"].items()}
     assert counts == {"train": 36, "validation": 4, "test": 20}  # README, *.feat, urls_*.txt ignored
     assert manifest["vocab_file"] == "vocab.txt"
@@ -194,7 +220,9 @@ def test_vocab_comes_from_train_only(tmp_path, make_config):
         for cls in ("neg", "pos"):
             (src / split / cls).mkdir(parents=True)
             for i in range(n):
-                (src / split / cls / f"{i}_5.txt").write_text(f"{cls} review {split}{cls}{i}", encoding="utf-8")
+                (src / split / cls / f"{i}_5.txt").write_text(
+                    f"{cls} review {split}{cls}{i}", encoding="utf-8"
+                )
     (src / "train" / "unsup").mkdir()  # aclImdb's unlabelled folder: not a class
     (src / "train" / "unsup" / "0_0.txt").write_text("unsupword", encoding="utf-8")
     manifest = _prepare(make_config, src, tmp_path / "out", "dataset=imdb", "dataset.max_tokens=1000")
@@ -215,8 +243,14 @@ def test_validation_carve_is_deterministic_disjoint_and_seeded(tmp_path, make_co
     src = write_text_tree(tmp_path / "src", train_per_class=30, test_per_class=2)
     ids = {}
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):
-        _prepare(make_config, src, tmp_path / name, "dataset=imdb", f"data.seed={seed}",
-                 "data.validation_fraction=0.2")
+        _prepare(
+            make_config,
+            src,
+            tmp_path / name,
+            "dataset=imdb",
+            f"data.seed={seed}",
+            "data.validation_fraction=0.2",
+        )
         train, _ = _read_split(tmp_path / name, "train")
         validation, val_labels = _read_split(tmp_path / name, "validation")
         assert len(train) == 48 and len(validation) == 12
@@ -236,7 +270,10 @@ def test_explicit_validation_split_folder(image_dir, tmp_path, make_config):
     manifest = _prepare(make_config, src, tmp_path / "out", "data.validation_split=val")
     counts = {split: info["num_examples"] for split, info in manifest["splits"].items()}
     assert counts == {"train": 24, "validation": 9, "test": 9}
-    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["config"]["data"]["validation_split"] == "val"
+    assert (
+        json.loads((tmp_path / "out" / "manifest.json").read_text())["config"]["data"]["validation_split"]
+        == "val"
+    )
 
 
 def test_vocab_tokens_with_unicode_line_separators_round_trip(tmp_path, make_config):
@@ -246,7 +283,9 @@ def test_vocab_tokens_with_unicode_line_separators_round_trip(tmp_path, make_con
         for cls in ("neg", "pos"):
             (src / split / cls).mkdir(parents=True)
             for i in range(6):
-                (src / split / cls / f"{i}_5.txt").write_text(f"{cls} odd\x85token line\u2028sep {i}", encoding="utf-8")
+                (src / split / cls / f"{i}_5.txt").write_text(
+                    f"{cls} odd\x85token line\u2028sep {i}", encoding="utf-8"
+                )
     _prepare(make_config, src, tmp_path / "out", "dataset=imdb")
     vocab = data.read_vocab(tmp_path / "out")
     assert "" not in vocab and len(vocab) == len(set(vocab))

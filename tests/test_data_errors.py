@@ -29,8 +29,13 @@ def text_copy(text_dir, tmp_path) -> Path:
 
 def _cfg(make_config, source: Path, *overrides: str):
     out = source.parent / "out"
-    return make_config("data.source=directory", f"data.path={source}", f"data.output_dir={out}",
-                       "data.examples_per_shard=8", *overrides)
+    return make_config(
+        "data.source=directory",
+        f"data.path={source}",
+        f"data.output_dir={out}",
+        "data.examples_per_shard=8",
+        *overrides,
+    )
 
 
 def _fails(cfg, *expected: str) -> str:
@@ -49,7 +54,12 @@ def _fails(cfg, *expected: str) -> str:
 
 
 def test_missing_and_empty_data_directory(tmp_path, make_config):
-    _fails(_cfg(make_config, tmp_path / "nowhere"), str(tmp_path / "nowhere"), "not found", "one folder per split")
+    _fails(
+        _cfg(make_config, tmp_path / "nowhere"),
+        str(tmp_path / "nowhere"),
+        "not found",
+        "one folder per split",
+    )
     (tmp_path / "empty").mkdir()
     _fails(_cfg(make_config, tmp_path / "empty"), str(tmp_path / "empty"), "empty")
 
@@ -75,7 +85,9 @@ def test_empty_class_folder(image_copy, make_config):
 
 def test_test_classes_must_match_train_classes(image_copy, make_config):
     (image_copy / "test" / "red").rename(image_copy / "test" / "crimson")
-    message = _fails(_cfg(make_config, image_copy), str(image_copy / "test"), "missing red", "unexpected crimson")
+    message = _fails(
+        _cfg(make_config, image_copy), str(image_copy / "test"), "missing red", "unexpected crimson"
+    )
     assert "blue, green, red" in message
 
 
@@ -108,7 +120,9 @@ def test_corrupt_images_are_skipped_and_counted(image_copy, make_config):
     cfg = _cfg(make_config, image_copy, "data.on_bad_file=skip")
     manifest = data.prepare(cfg, progress=False)
     assert manifest["skipped_files"]["count"] == 3
-    assert sorted(manifest["skipped_files"]["examples"]) == sorted(p.relative_to(image_copy).as_posix() for p in bad)
+    assert sorted(manifest["skipped_files"]["examples"]) == sorted(
+        p.relative_to(image_copy).as_posix() for p in bad
+    )
     counts = {split: info["num_examples"] for split, info in manifest["splits"].items()}
     assert counts["train"] + counts["validation"] == 22 and counts["test"] == 8
     data.verify_shards(cfg.data.output_dir)
@@ -118,7 +132,9 @@ def test_non_utf8_text_fails_or_is_skipped(text_copy, make_config):
     bad = text_copy / "test" / "neg" / "99_2.txt"  # an extra review, in Latin-1
     bad.write_bytes("caf\u00e9 terrible".encode("latin-1"))
     _fails(_cfg(make_config, text_copy, "dataset=imdb"), str(bad), "not a UTF-8 text file")
-    manifest = data.prepare(_cfg(make_config, text_copy, "dataset=imdb", "data.on_bad_file=skip"), progress=False)
+    manifest = data.prepare(
+        _cfg(make_config, text_copy, "dataset=imdb", "data.on_bad_file=skip"), progress=False
+    )
     assert manifest["skipped_files"] == {"count": 1, "examples": ["test/neg/99_2.txt"]}
     assert manifest["splits"]["test"]["num_examples"] == 20
 
@@ -147,7 +163,9 @@ def test_stale_temp_folder_of_a_dead_prepare_is_removed(image_dir, tmp_path, mak
     stale = tmp_path / "out.tmp-999999999"  # no such pid
     stale.mkdir()
     (stale / "train-00000.part").write_bytes(b"half")
-    cfg = make_config("data.source=directory", f"data.path={image_dir}", f"data.output_dir={tmp_path / 'out'}")
+    cfg = make_config(
+        "data.source=directory", f"data.path={image_dir}", f"data.output_dir={tmp_path / 'out'}"
+    )
     data.prepare(cfg, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 

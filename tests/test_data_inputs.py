@@ -39,8 +39,12 @@ def test_evaluation_reads_every_example_once_in_order(prepared_image):
     first = _labels_and_keys(ds)
     assert len(first) == manifest["splits"]["test"]["num_examples"] == 9  # the last batch is kept
     assert _labels_and_keys(ds) == first  # no shuffling when not training
-    assert _labels_and_keys(data.make_dataset(prepared_dir, "test", batch_size=2, training=False, seed=5,
-                                              cache=False)) == first
+    assert (
+        _labels_and_keys(
+            data.make_dataset(prepared_dir, "test", batch_size=2, training=False, seed=5, cache=False)
+        )
+        == first
+    )
 
 
 def test_text_batches_are_strings(prepared_text):
@@ -58,7 +62,9 @@ def test_shuffle_is_seeded_and_reshuffles_each_epoch(prepared_text):
     _, prepared_dir = prepared_text
 
     def epochs(seed, n=2):
-        ds = data.make_dataset(prepared_dir, "train", batch_size=1, training=True, seed=seed, shuffle_buffer=100)
+        ds = data.make_dataset(
+            prepared_dir, "train", batch_size=1, training=True, seed=seed, shuffle_buffer=100
+        )
         return [_labels_and_keys(ds) for _ in range(n)]
 
     a1, a2 = epochs(7)
@@ -68,7 +74,9 @@ def test_shuffle_is_seeded_and_reshuffles_each_epoch(prepared_text):
     assert a1 != a2  # a new order each epoch
     assert sorted(a1) == sorted(a2)  # of the same examples
     assert a1 != c1
-    unshuffled = _labels_and_keys(data.make_dataset(prepared_dir, "train", batch_size=1, training=False, seed=7))
+    unshuffled = _labels_and_keys(
+        data.make_dataset(prepared_dir, "train", batch_size=1, training=False, seed=7)
+    )
     assert sorted(unshuffled) == sorted(a1) and unshuffled != a1
 
 
@@ -77,11 +85,14 @@ def test_input_context_shards_across_pipelines(prepared_text, split, by_file):
     _, prepared_dir = prepared_text
     manifest = data.load_manifest(prepared_dir)
     assert (len(manifest["splits"][split]["shards"]) >= 2) == by_file  # 5 train shards, 1 validation shard
-    everything = _labels_and_keys(data.make_dataset(prepared_dir, split, batch_size=8, training=False, seed=0))
+    everything = _labels_and_keys(
+        data.make_dataset(prepared_dir, split, batch_size=8, training=False, seed=0)
+    )
     parts = []
     for pipeline_id in range(2):
-        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline_id,
-                                         num_replicas_in_sync=2)
+        ctx = tf.distribute.InputContext(
+            num_input_pipelines=2, input_pipeline_id=pipeline_id, num_replicas_in_sync=2
+        )
         ds = data.make_dataset(prepared_dir, split, batch_size=4, training=False, seed=0, input_context=ctx)
         sizes = [int(y.shape[0]) for _, y in ds]
         assert max(sizes) == 2  # the global batch of 4 split over 2 replicas
@@ -103,17 +114,31 @@ def test_unknown_split_and_bad_batch_size(prepared_image):
         data.make_dataset(prepared_dir, "test", batch_size=0, training=False, seed=0)
 
 
-
 @pytest.mark.parametrize("policy", ["file", "data"])
 def test_shard_policy_splits_the_train_split_without_overlap(prepared_text, policy):
     """train.shard_policy: file gives each pipeline whole shards, data every 2nd record; never an example twice."""
     _, prepared_dir = prepared_text
-    everything = _labels_and_keys(data.make_dataset(prepared_dir, "train", batch_size=8, training=False, seed=0))
+    everything = _labels_and_keys(
+        data.make_dataset(prepared_dir, "train", batch_size=8, training=False, seed=0)
+    )
     parts = []
     for pipeline_id in range(2):
-        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline_id, num_replicas_in_sync=2)
-        parts.append(_labels_and_keys(data.make_dataset(prepared_dir, "train", batch_size=4, training=False, seed=0,
-                                                        input_context=ctx, shard_policy=policy)))
+        ctx = tf.distribute.InputContext(
+            num_input_pipelines=2, input_pipeline_id=pipeline_id, num_replicas_in_sync=2
+        )
+        parts.append(
+            _labels_and_keys(
+                data.make_dataset(
+                    prepared_dir,
+                    "train",
+                    batch_size=4,
+                    training=False,
+                    seed=0,
+                    input_context=ctx,
+                    shard_policy=policy,
+                )
+            )
+        )
     assert not set(parts[0]) & set(parts[1]) and sorted(parts[0] + parts[1]) == sorted(everything)
     from tfpipe.data.inputs import shard_by_file
 
@@ -124,5 +149,12 @@ def test_file_shard_policy_with_too_few_shards_is_a_clear_error(prepared_text):
     _, prepared_dir = prepared_text  # validation has 1 shard
     ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=0, num_replicas_in_sync=2)
     with pytest.raises(DataError, match="train.shard_policy=file: 1 shard file"):
-        data.make_dataset(prepared_dir, "validation", batch_size=4, training=False, seed=0, input_context=ctx,
-                          shard_policy="file")
+        data.make_dataset(
+            prepared_dir,
+            "validation",
+            batch_size=4,
+            training=False,
+            seed=0,
+            input_context=ctx,
+            shard_policy="file",
+        )

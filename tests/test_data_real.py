@@ -20,10 +20,18 @@ pytestmark = pytest.mark.real_data
 
 CASES = {
     # archive, member pattern (top folder, split, class), files per (split, class), overrides
-    "cifar10": ("cifar10-images.tar.gz", r"^cifar10-images/(train|test)/([^/]+)/[^/]+\.jpg$", {"train": 20, "test": 5},
-                []),
-    "imdb": ("aclImdb-labeled.tar.gz", r"^aclImdb/(train|test)/(pos|neg)/[^/]+\.txt$", {"train": 60, "test": 20},
-             ["dataset=imdb"]),
+    "cifar10": (
+        "cifar10-images.tar.gz",
+        r"^cifar10-images/(train|test)/([^/]+)/[^/]+\.jpg$",
+        {"train": 20, "test": 5},
+        [],
+    ),
+    "imdb": (
+        "aclImdb-labeled.tar.gz",
+        r"^aclImdb/(train|test)/(pos|neg)/[^/]+\.txt$",
+        {"train": 60, "test": 20},
+        ["dataset=imdb"],
+    ),
 }
 
 
@@ -56,14 +64,30 @@ def test_real_subset_prepares(name, tmp_path, make_config):
     if not archive.is_file():
         pytest.skip(f"{archive} not found (real data lives in ../shared/datasets)")
     root = _extract_subset(archive, pattern, per_class, tmp_path / "raw")
-    cfg = make_config("data.source=directory", f"data.path={root}", f"data.output_dir={tmp_path / 'out'}",
-                      "data.examples_per_shard=64", *overrides)
+    cfg = make_config(
+        "data.source=directory",
+        f"data.path={root}",
+        f"data.output_dir={tmp_path / 'out'}",
+        "data.examples_per_shard=64",
+        *overrides,
+    )
     manifest = data.prepare(cfg, progress=False)
 
     classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
     assert manifest["class_names"] == classes
     if name == "cifar10":
-        assert classes == ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+        assert classes == [
+            "airplane",
+            "automobile",
+            "bird",
+            "cat",
+            "deer",
+            "dog",
+            "frog",
+            "horse",
+            "ship",
+            "truck",
+        ]
         assert manifest["feature_spec"]["image"]["shape"] == [32, 32, 3]
     else:
         assert classes == ["neg", "pos"]
@@ -74,6 +98,7 @@ def test_real_subset_prepares(name, tmp_path, make_config):
     assert counts["test"] == per_class["test"] * len(classes)
     assert manifest["skipped_files"]["count"] == 0
     data.verify_shards(tmp_path / "out")
-    features, labels = next(iter(data.make_dataset(tmp_path / "out", "train", batch_size=16, training=True,
-                                                   seed=0)))
+    features, labels = next(
+        iter(data.make_dataset(tmp_path / "out", "train", batch_size=16, training=True, seed=0))
+    )
     assert labels.shape == (16,) and features.shape[0] == 16

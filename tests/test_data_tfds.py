@@ -9,13 +9,17 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from tfpipe import data
-from tfpipe.data import DataError
-from tfpipe.data import sources, tfds_source  # noqa: F401
+from tfpipe.data import DataError, sources, tfds_source  # noqa: F401
 
 
 def _cfg(make_config, tmp_path, *overrides: str):
-    return make_config("data.source=tfds", f"data.tfds_data_dir={tmp_path / 'tfds'}",
-                       f"data.output_dir={tmp_path / 'out'}", "data.examples_per_shard=8", *overrides)
+    return make_config(
+        "data.source=tfds",
+        f"data.tfds_data_dir={tmp_path / 'tfds'}",
+        f"data.output_dir={tmp_path / 'out'}",
+        "data.examples_per_shard=8",
+        *overrides,
+    )
 
 
 def test_cifar10_from_tfds(tmp_path, make_config):
@@ -31,7 +35,9 @@ def test_cifar10_from_tfds(tmp_path, make_config):
     assert 0 < counts["validation"] < 24
     data.verify_shards(tmp_path / "out")
 
-    images, labels = next(iter(data.make_dataset(tmp_path / "out", "train", batch_size=4, training=True, seed=0)))
+    images, labels = next(
+        iter(data.make_dataset(tmp_path / "out", "train", batch_size=4, training=True, seed=0))
+    )
     assert images.shape == (4, 32, 32, 3) and images.dtype == tf.uint8
     assert labels.dtype == tf.int64 and all(0 <= int(v) < 10 for v in labels)
 
@@ -41,8 +47,14 @@ def test_cifar10_from_tfds(tmp_path, make_config):
 
 
 def test_cifar10_from_tfds_resized_with_max_examples(tmp_path, make_config):
-    cfg = _cfg(make_config, tmp_path, "data.max_examples_per_split=5", "data.validation_fraction=0.5",
-               "dataset.image_size=[16,20]", "dataset.channels=1")
+    cfg = _cfg(
+        make_config,
+        tmp_path,
+        "data.max_examples_per_split=5",
+        "data.validation_fraction=0.5",
+        "dataset.image_size=[16,20]",
+        "dataset.channels=1",
+    )
     with tfds.testing.mock_data(num_examples=40):
         manifest = data.prepare(cfg, progress=False)
     counts = {split: info["num_examples"] for split, info in manifest["splits"].items()}
@@ -63,7 +75,9 @@ def test_imdb_reviews_from_tfds(tmp_path, make_config):
     assert counts["train"] + counts["validation"] == 30 and counts["test"] == 30
     vocab = data.read_vocab(tmp_path / "out")
     assert manifest["vocab_size"] == len(vocab) > 0
-    texts, labels = next(iter(data.make_dataset(tmp_path / "out", "test", batch_size=4, training=False, seed=0)))
+    texts, labels = next(
+        iter(data.make_dataset(tmp_path / "out", "test", batch_size=4, training=False, seed=0))
+    )
     assert texts.dtype == tf.string and labels.dtype == tf.int64
     words = {w for t in texts.numpy() for w in t.decode("utf-8").split()}
     assert words and words & set(vocab)

@@ -7,8 +7,14 @@ import pytest
 
 from tfpipe import determinism
 
-TINY = ("experiment=smoke", "model.filters=[8,8]", "model.dense_units=16", "train.batch_size_per_replica=8",
-        "train.epochs=2", "train.log_every_steps=1")
+TINY = (
+    "experiment=smoke",
+    "model.filters=[8,8]",
+    "model.dense_units=16",
+    "train.batch_size_per_replica=8",
+    "train.epochs=2",
+    "train.log_every_steps=1",
+)
 
 
 def test_weights_hash_changes_with_any_bit_and_not_otherwise():
@@ -17,7 +23,9 @@ def test_weights_hash_changes_with_any_bit_and_not_otherwise():
     assert determinism.weights_sha256(a) == determinism.weights_sha256(b)
     b[1][2] = np.nextafter(np.float32(1.0), np.float32(2.0))  # one ulp
     assert determinism.weights_sha256(a) != determinism.weights_sha256(b)
-    assert determinism.weights_sha256([a[0].reshape(3, 2), a[1]]) != determinism.weights_sha256(a)  # shape counts
+    assert determinism.weights_sha256([a[0].reshape(3, 2), a[1]]) != determinism.weights_sha256(
+        a
+    )  # shape counts
 
 
 def test_setup_seeds_everything_and_reports_it():
@@ -42,7 +50,9 @@ def test_deterministic_is_a_validated_config_field(make_config):
         make_config("train.deterministic=maybe")
 
 
-def test_two_runs_of_the_same_config_give_bit_identical_weights_and_metrics(prepared_image, make_config, tmp_path):
+def test_two_runs_of_the_same_config_give_bit_identical_weights_and_metrics(
+    prepared_image, make_config, tmp_path
+):
     from tfpipe import training
 
     _, prepared = prepared_image
@@ -52,9 +62,13 @@ def test_two_runs_of_the_same_config_give_bit_identical_weights_and_metrics(prep
     assert a.weights_sha256 and len(a.weights_sha256) == 64
     assert a.weights_sha256 == b.weights_sha256
     assert a.final_metrics == b.final_metrics
-    strip = lambda h: [{k: v for k, v in row.items() if "seconds" not in k and "per_sec" not in k} for row in h]
+    strip = lambda h: [
+        {k: v for k, v in row.items() if "seconds" not in k and "per_sec" not in k} for row in h
+    ]
     assert strip(a.history) == strip(b.history)
     assert a.determinism["deterministic"] is True and a.determinism["seed"] == cfg.train.seed
     # a different seed trains other weights: the hash is not a constant
-    other = training.train(make_config(*TINY, "train.seed=1"), prepared_dir=prepared, output_dir=tmp_path / "seed1")
+    other = training.train(
+        make_config(*TINY, "train.seed=1"), prepared_dir=prepared, output_dir=tmp_path / "seed1"
+    )
     assert other.weights_sha256 != a.weights_sha256

@@ -122,16 +122,26 @@ print("RESULT " + json.dumps(results))
 def local_multi_replica(prepared_image, tmp_path_factory):
     out = tmp_path_factory.mktemp("local_strategies")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", _LOCAL_SCRIPT, str(prepared_image.prepared_dir), str(out),
-                           str(ROOT / "conf")], env=env, capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOCAL_SCRIPT, str(prepared_image.prepared_dir), str(out), str(ROOT / "conf")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
-@pytest.mark.parametrize("key, cls", [("mirrored-float32", "MirroredStrategy"),
-                                      ("central_storage-mixed_bfloat16", "CentralStorageStrategy"),
-                                      ("mirrored-mixed_float16", "MirroredStrategy")])
+@pytest.mark.parametrize(
+    "key, cls",
+    [
+        ("mirrored-float32", "MirroredStrategy"),
+        ("central_storage-mixed_bfloat16", "CentralStorageStrategy"),
+        ("mirrored-mixed_float16", "MirroredStrategy"),
+    ],
+)
 def test_local_multi_replica_strategies_train_on_logical_cpus(local_multi_replica, key, cls):
     r = local_multi_replica[key]
     assert r["strategy"]["name"] == cls
@@ -181,14 +191,20 @@ def test_every_strategy_option_composes(make_config):
     assert make_config("strategy=multi_worker_mirrored").strategy.communication == "auto"
 
 
-@pytest.mark.parametrize("overrides, needle", [
-    (("strategy=multi_worker_mirrored", "strategy.communication=mpi"), "strategy.communication='mpi'"),
-    (("strategy=parameter_server", "strategy.num_ps=0"), "strategy.num_ps=0"),
-    (("strategy=parameter_server", "train.grad_accumulation_steps=2"), "train.grad_accumulation_steps=2"),
-    (("train.grad_accumulation_steps=2", "train.steps_per_epoch=3"), "multiple of train.grad_accumulation_steps"),
-    (("train.lr_scaling=sqrt",), "train.lr_scaling='sqrt'"),
-    (("strategy=mirrored", "strategy.devices=[]"), "strategy.devices"),
-])
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (("strategy=multi_worker_mirrored", "strategy.communication=mpi"), "strategy.communication='mpi'"),
+        (("strategy=parameter_server", "strategy.num_ps=0"), "strategy.num_ps=0"),
+        (("strategy=parameter_server", "train.grad_accumulation_steps=2"), "train.grad_accumulation_steps=2"),
+        (
+            ("train.grad_accumulation_steps=2", "train.steps_per_epoch=3"),
+            "multiple of train.grad_accumulation_steps",
+        ),
+        (("train.lr_scaling=sqrt",), "train.lr_scaling='sqrt'"),
+        (("strategy=mirrored", "strategy.devices=[]"), "strategy.devices"),
+    ],
+)
 def test_bad_distributed_settings_are_refused(make_config, overrides, needle):
     with pytest.raises(ConfigError) as err:
         make_config(*overrides)

@@ -32,7 +32,14 @@ def test_always_class_zero():
     assert r.macro_f1 == pytest.approx(r.f1[0] / 3)
     assert r.support == [2, 1, 3]
     assert r.roc_auc is None  # multi-class
-    assert set(r.scalar_metrics()) == {"accuracy", "loss", "macro_precision", "macro_recall", "macro_f1", "num_examples"}
+    assert set(r.scalar_metrics()) == {
+        "accuracy",
+        "loss",
+        "macro_precision",
+        "macro_recall",
+        "macro_f1",
+        "num_examples",
+    }
 
 
 def test_loss_is_clipped():
@@ -48,7 +55,8 @@ def test_binary_auc_by_rank_statistic():
     assert evaluation.binary_roc_auc(labels, np.full(6, 0.5)) == 0.5  # all tied
     assert evaluation.binary_roc_auc(labels, np.array([0.1, 0.4, 0.35, 0.8, 0.2, 0.4])) == pytest.approx(
         # positives 0.35, 0.8, 0.4 vs negatives 0.1, 0.4, 0.2: pairs won 2 + 3 + (2 + 0.5 tie) = 7.5 of 9
-        7.5 / 9)
+        7.5 / 9
+    )
     assert evaluation.binary_roc_auc(np.zeros(3), np.arange(3)) is None
     r = evaluation.score(labels, np.stack([1 - perfect, perfect], axis=1), ["neg", "pos"])
     assert r.roc_auc == 1.0 and r.accuracy == 1.0 and "roc_auc" in r.scalar_metrics()
@@ -77,7 +85,9 @@ def _export(path: Path, fn, spec) -> Path:
 
     module = tf.Module()
     module.serve = tf.function(fn, input_signature=[spec])
-    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve.get_concrete_function()})
+    tf.saved_model.save(
+        module, str(path), signatures={"serving_default": module.serve.get_concrete_function()}
+    )
     return path
 
 
@@ -97,7 +107,10 @@ def image_models(tmp_path_factory, prepared_image):
         means = tf.reduce_mean(tf.cast(image, tf.float32), axis=[1, 2]) / 255.0
         return {"probabilities": tf.nn.softmax(10.0 * means)}
 
-    return {"constant": _export(root / "constant", constant, spec), "perfect": _export(root / "perfect", dominant_colour, spec)}
+    return {
+        "constant": _export(root / "constant", constant, spec),
+        "perfect": _export(root / "perfect", dominant_colour, spec),
+    }
 
 
 def test_evaluate_constant_model_on_images(prepared_image, image_models):
@@ -149,21 +162,32 @@ def test_write_reports(tmp_path):
     labels = np.array([0, 1, 1, 0, 1])
     probs = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.7, 0.3], [0.1, 0.9]])
     r = evaluation.score(labels, probs, ["neg, bad", "pos"])  # a comma in a class name must survive the CSV
-    paths = {"metrics_path": tmp_path / "metrics" / "eval.json",
-             "confusion_csv_path": tmp_path / "plots" / "confusion_matrix.csv",
-             "confusion_png_path": tmp_path / "plots" / "confusion_matrix.png"}
+    paths = {
+        "metrics_path": tmp_path / "metrics" / "eval.json",
+        "confusion_csv_path": tmp_path / "plots" / "confusion_matrix.csv",
+        "confusion_png_path": tmp_path / "plots" / "confusion_matrix.png",
+    }
     evaluation.write_reports(r, **paths)
 
     metrics = json.loads(paths["metrics_path"].read_text())
     assert metrics["accuracy"] == pytest.approx(0.8) and metrics["num_examples"] == 5
     assert metrics["roc_auc"] == 1.0
-    assert metrics["per_class"]["pos"] == pytest.approx({"precision": 1.0, "recall": 2 / 3, "f1": 0.8, "support": 3})
-    assert all(not isinstance(v, dict) for k, v in metrics.items() if k != "per_class")  # flat for `dvc metrics`
+    assert metrics["per_class"]["pos"] == pytest.approx(
+        {"precision": 1.0, "recall": 2 / 3, "f1": 0.8, "support": 3}
+    )
+    assert all(
+        not isinstance(v, dict) for k, v in metrics.items() if k != "per_class"
+    )  # flat for `dvc metrics`
 
     with paths["confusion_csv_path"].open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [(row["actual"], row["predicted"]) for row in rows] == [
-        ("neg, bad", "neg, bad"), ("pos", "pos"), ("pos", "neg, bad"), ("neg, bad", "neg, bad"), ("pos", "pos")]
+        ("neg, bad", "neg, bad"),
+        ("pos", "pos"),
+        ("pos", "neg, bad"),
+        ("neg, bad", "neg, bad"),
+        ("pos", "pos"),
+    ]
 
     png = paths["confusion_png_path"].read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000

@@ -8,12 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import TINY_VOCAB as VOCAB  # noqa: E402
 
 from tfpipe import config, models, precision, training
 from tfpipe.models.image import RandomFlipCrop
 from tfpipe.models.text import HashedNgrams
-
-from conftest import TINY_VOCAB as VOCAB  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,8 +45,13 @@ def test_resnet_exports_raw_uint8_and_its_flip_tta_is_mirror_invariant(tmp_path)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
     # Test-time flip: an image and its mirror get the same (averaged) prediction.
     np.testing.assert_allclose(model.predict(images[:, :, ::-1], verbose=0), probs, atol=1e-5)
-    models.export_saved_model(model, tmp_path / "m", modality="image", image_shape=[32, 32, 3],
-                              class_names=[str(i) for i in range(10)])
+    models.export_saved_model(
+        model,
+        tmp_path / "m",
+        modality="image",
+        image_shape=[32, 32, 3],
+        class_names=[str(i) for i in range(10)],
+    )
     np.testing.assert_allclose(_serve(tmp_path / "m", image=images), probs, atol=1e-5)
     # In training the batch is not doubled: one output row per image.
     assert model(images, training=True).shape == (3, 10)
@@ -62,7 +66,7 @@ def test_random_flip_crop_only_in_training_and_crops_from_the_padded_image():
     assert (out != images).any(axis=(1, 2, 3)).sum() >= 8  # most images moved or flipped
     padded = np.pad(images, [(0, 0), (4, 4), (4, 4), (0, 0)], mode="reflect")
     for i in range(16):  # every output is a 32x32 window of the padded image, possibly mirrored
-        windows = [padded[i, y:y + 32, x:x + 32] for y in range(9) for x in range(9)]
+        windows = [padded[i, y : y + 32, x : x + 32] for y in range(9) for x in range(9)]
         assert any((out[i] == w).all() or (out[i] == w[:, ::-1]).all() for w in windows)
 
 
@@ -87,7 +91,9 @@ def test_ngram_bag_exports_raw_strings(tmp_path):
     model = models.build_model(cfg, num_classes=2, vocab_size=len(VOCAB))
     assert model.get_layer("embedding").input_dim == len(VOCAB) + models.NUM_SPECIAL_TOKENS + 64
     vec = models.make_text_vectorizer(VOCAB, 12)
-    models.export_saved_model(model, tmp_path / "t", modality="text", vectorizer=vec, class_names=["neg", "pos"])
+    models.export_saved_model(
+        model, tmp_path / "t", modality="text", vectorizer=vec, class_names=["neg", "pos"]
+    )
     reviews = ["A great film!", "Boring, AWFUL... the worst", ""]
     probs = _serve(tmp_path / "t", text=reviews)
     assert probs.shape == (3, 2)
@@ -139,9 +145,15 @@ def test_bad_preset_values_are_refused_in_one_line():
 
 
 def test_cifar10_fast_preset_trains_two_steps(prepared_image, tmp_path):
-    cfg = _cfg("experiment=cifar10_fast", "model.filters=[8,8]", "train.batch_size_per_replica=4",
-               "train.epochs=1", "train.steps_per_epoch=2", "train.lr_schedule.warmup_epochs=0.5",
-               "train.tensorboard=false")
+    cfg = _cfg(
+        "experiment=cifar10_fast",
+        "model.filters=[8,8]",
+        "train.batch_size_per_replica=4",
+        "train.epochs=1",
+        "train.steps_per_epoch=2",
+        "train.lr_schedule.warmup_epochs=0.5",
+        "train.tensorboard=false",
+    )
     assert cfg.model.name == "resnet" and cfg.train.optimizer.nesterov and cfg.precision.policy == "auto"
     result = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path)
     assert result.steps == 2 and result.precision == precision.resolve_policy("auto")
@@ -169,7 +181,9 @@ def test_distinct_ids_keep_each_feature_once_per_row():
 
 
 def test_nb_ratios_are_the_smoothed_log_count_ratios():
-    cfg = _cfg("dataset=imdb", "model=nbsvm", "dataset.sequence_length=4", "model.ngrams=1", "model.min_documents=1")
+    cfg = _cfg(
+        "dataset=imdb", "model=nbsvm", "dataset.sequence_length=4", "model.ngrams=1", "model.min_documents=1"
+    )
     model = models.build_model(cfg, num_classes=2, vocab_size=3)  # ids 2, 3, 4 (0 padding, 1 OOV)
     tokens = tf.constant([[2, 2, 3, 0], [2, 4, 0, 0], [4, 0, 0, 0]], tf.int64)  # id 2 twice: counted once
     labels = tf.constant([1, 1, 0], tf.int64)
@@ -197,8 +211,15 @@ def test_imdb_fast_preset_trains_two_steps_and_serves_raw_strings(text_dir, tmp_
     from conftest import prepare_tree
 
     prepared = prepare_tree(text_dir, tmp_path / "prepared", "experiment=imdb_fast")
-    cfg = _cfg("experiment=imdb_fast", "model.hash_buckets=256", "model.min_documents=1",
-               "train.batch_size_per_replica=4", "train.epochs=1", "train.steps_per_epoch=2", "train.tensorboard=false")
+    cfg = _cfg(
+        "experiment=imdb_fast",
+        "model.hash_buckets=256",
+        "model.min_documents=1",
+        "train.batch_size_per_replica=4",
+        "train.epochs=1",
+        "train.steps_per_epoch=2",
+        "train.tensorboard=false",
+    )
     assert cfg.model.name == "nbsvm" and cfg.dataset.standardize == "split_punctuation"
     result = training.train(cfg, prepared_dir=prepared.prepared_dir, output_dir=tmp_path / "out")
     assert result.steps == 2 and np.isfinite(result.history[0]["epoch_train_loss"])
@@ -210,6 +231,10 @@ def test_imdb_fast_preset_trains_two_steps_and_serves_raw_strings(text_dir, tmp_
 def test_a_vocabulary_standardised_otherwise_is_refused(prepared_text, tmp_path):
     from tfpipe.errors import DataError
 
-    cfg = _cfg("dataset=imdb", "dataset.standardize=split_punctuation", "train.epochs=1", "train.steps_per_epoch=1")
-    with pytest.raises(DataError, match="standardize='strip_punctuation' but the config wants 'split_punctuation'"):
+    cfg = _cfg(
+        "dataset=imdb", "dataset.standardize=split_punctuation", "train.epochs=1", "train.steps_per_epoch=1"
+    )
+    with pytest.raises(
+        DataError, match="standardize='strip_punctuation' but the config wants 'split_punctuation'"
+    ):
         training.train(cfg, prepared_dir=prepared_text.prepared_dir, output_dir=tmp_path)

@@ -23,8 +23,13 @@ from tfpipe import config, interrupts, training
 
 ROOT = Path(__file__).resolve().parents[1]
 # prepared_image: 21 train examples -> 5 steps per epoch at batch 4; dropout exercises the RNG state.
-TINY = ("model.filters=[8,8]", "model.dense_units=16", "model.dropout=0.3", "train.batch_size_per_replica=4",
-        "train.shuffle_buffer=64")
+TINY = (
+    "model.filters=[8,8]",
+    "model.dense_units=16",
+    "model.dropout=0.3",
+    "train.batch_size_per_replica=4",
+    "train.shuffle_buffer=64",
+)
 
 
 def _cfg(*overrides):
@@ -47,7 +52,9 @@ class SignalAtStep:
 @pytest.mark.parametrize("stop_at", [7, 10])  # mid-epoch (epoch 1, batch 2) and exactly at an epoch end
 def test_sigterm_checkpoints_the_step_and_the_resumed_run_is_bit_identical(prepared_image, tmp_path, stop_at):
     cfg = _cfg("train.epochs=3", "train.log_every_steps=1", "train.checkpoint_every_steps=100")
-    reference = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path / "reference")
+    reference = training.train(
+        cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path / "reference"
+    )
 
     out = tmp_path / "interrupted"
     sink = SignalAtStep(stop_at)
@@ -58,7 +65,9 @@ def test_sigterm_checkpoints_the_step_and_the_resumed_run_is_bit_identical(prepa
     assert tf.train.latest_checkpoint(str(out / "checkpoints")).endswith(f"ckpt-{stop_at}")
     assert not (out / "saved_model").exists()  # nothing that looks like a finished training
 
-    resumed = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out, sink=SignalAtStep(-1))
+    resumed = training.train(
+        cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out, sink=SignalAtStep(-1)
+    )
     assert resumed.resumed and resumed.resumed_at_step == stop_at
     assert resumed.steps == reference.steps == 15
     assert resumed.weights_sha256 == reference.weights_sha256
@@ -81,8 +90,15 @@ def test_train_stream_resumes_at_any_batch(prepared_image):
     from tfpipe import data
 
     def labels(**kw):
-        ds = data.make_train_stream(prepared_image.prepared_dir, batch_size=4, seed=5, epochs=3,
-                                    batches_per_epoch=5, shuffle_buffer=64, **kw)
+        ds = data.make_train_stream(
+            prepared_image.prepared_dir,
+            batch_size=4,
+            seed=5,
+            epochs=3,
+            batches_per_epoch=5,
+            shuffle_buffer=64,
+            **kw,
+        )
         return [b[1].numpy().tolist() for b in ds]
 
     full = labels(start_epoch=0)
@@ -93,8 +109,14 @@ def test_train_stream_resumes_at_any_batch(prepared_image):
 
 # ----------------------------------------------------------------------------- real processes, real store
 
-SUBPROCESS_TINY = [*TINY, "train.epochs=40", "train.log_every_steps=1", "train.checkpoint_every_steps=3",
-                   "tracking.log_model=false", "train.tensorboard=false"]
+SUBPROCESS_TINY = [
+    *TINY,
+    "train.epochs=40",
+    "train.log_every_steps=1",
+    "train.checkpoint_every_steps=3",
+    "tracking.log_model=false",
+    "train.tensorboard=false",
+]
 TOTAL_STEPS = 40 * 5
 
 
@@ -114,11 +136,15 @@ def _latest_step(project: Path) -> int:
 
 
 def _start_and_signal(cmd, project, env, sig, after_step: int, timeout: float = 180) -> tuple[int, str]:
-    proc = subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.monotonic() + timeout
     try:
         while _latest_step(project) < after_step:
-            assert proc.poll() is None, f"training ended before step {after_step}:\n{proc.stdout.read()[-3000:]}"
+            assert proc.poll() is None, (
+                f"training ended before step {after_step}:\n{proc.stdout.read()[-3000:]}"
+            )
             assert time.monotonic() < deadline, "no checkpoint in time"
             time.sleep(0.02)
         proc.send_signal(sig)
@@ -140,8 +166,9 @@ def _store(project: Path):
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
-    runs = client.search_runs(client.search_experiments()[0].experiment_id if client.search_experiments() else [],
-                              run_view_type=3)
+    runs = client.search_runs(
+        client.search_experiments()[0].experiment_id if client.search_experiments() else [], run_view_type=3
+    )
     return client, runs
 
 
@@ -157,9 +184,12 @@ def reference_weights(prepared_image, tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig, code, status", [(signal.SIGKILL, -9, "RUNNING"), (signal.SIGTERM, 143, "KILLED")])
+@pytest.mark.parametrize(
+    "sig, code, status", [(signal.SIGKILL, -9, "RUNNING"), (signal.SIGTERM, 143, "KILLED")]
+)
 def test_killed_training_resumes_to_the_same_weights_in_the_same_run(
-        prepared_image, tmp_path, reference_weights, sig, code, status):
+    prepared_image, tmp_path, reference_weights, sig, code, status
+):
     project, cmd, env = _project(tmp_path, prepared_image.prepared_dir, "project")
     returncode, out = _start_and_signal(cmd, project, env, sig, after_step=30)
     assert returncode == code, out[-3000:]
@@ -177,7 +207,9 @@ def test_killed_training_resumes_to_the_same_weights_in_the_same_run(
     assert len(runs) == 1, "the resumed training continues the interrupted run"
     run = runs[0]
     assert run.info.status == "FINISHED"
-    assert run.data.tags["tfpipe.resumes"] == "1" and run.data.tags["tfpipe.resumed_at_step"] == str(stopped_at)
+    assert run.data.tags["tfpipe.resumes"] == "1" and run.data.tags["tfpipe.resumed_at_step"] == str(
+        stopped_at
+    )
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")]
     assert sorted(steps) == list(range(1, TOTAL_STEPS + 1)), "every step logged exactly once"
     epochs = [m.step for m in client.get_metric_history(run.info.run_id, "val_loss")]

@@ -48,14 +48,17 @@ def test_chief_is_the_chief_task_or_worker_zero():
     assert cluster.public_spec(env(mw, "worker", 1)) == mw
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("{not json", "not valid JSON"),
-    ('{"cluster": {}}', "expected"),
-    ('{"cluster": {"boss": ["h:1"]}, "task": {"type": "boss", "index": 0}}', "'boss' not allowed"),
-    ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "ps", "index": 0}}', "task.type='ps'"),
-    ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 3}}', "task.index=3"),
-    ('{"cluster": {"worker": ["nohostport"]}, "task": {"type": "worker", "index": 0}}', "host:port"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"cluster": {}}', "expected"),
+        ('{"cluster": {"boss": ["h:1"]}, "task": {"type": "boss", "index": 0}}', "'boss' not allowed"),
+        ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "ps", "index": 0}}', "task.type='ps'"),
+        ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 3}}', "task.index=3"),
+        ('{"cluster": {"worker": ["nohostport"]}, "task": {"type": "worker", "index": 0}}', "host:port"),
+    ],
+)
 def test_bad_tf_config_is_one_clear_line(text, needle):
     with pytest.raises(UserError) as err:
         cluster.read_tf_config({"TF_CONFIG": text})
@@ -66,12 +69,23 @@ def test_bad_tf_config_is_one_clear_line(text, needle):
 
 
 def test_k8s_manifest_renders_one_pod_per_task_with_its_tf_config():
-    text = cluster.render_k8s("demo", "registry.example/tfpipe:1", strategy="parameter_server", num_workers=2,
-                              num_ps=1, overrides=["train.epochs=5", "precision=mixed_bfloat16"])
+    text = cluster.render_k8s(
+        "demo",
+        "registry.example/tfpipe:1",
+        strategy="parameter_server",
+        num_workers=2,
+        num_ps=1,
+        overrides=["train.epochs=5", "precision=mixed_bfloat16"],
+    )
     docs = list(yaml.safe_load_all(text))
     assert docs[0]["kind"] == "Service" and docs[0]["spec"]["clusterIP"] == "None"
     pods = docs[1:]
-    assert [p["metadata"]["name"] for p in pods] == ["demo-chief-0", "demo-worker-0", "demo-worker-1", "demo-ps-0"]
+    assert [p["metadata"]["name"] for p in pods] == [
+        "demo-chief-0",
+        "demo-worker-0",
+        "demo-worker-1",
+        "demo-ps-0",
+    ]
     seen = set()
     for pod in pods:
         container = pod["spec"]["containers"][0]
@@ -79,10 +93,15 @@ def test_k8s_manifest_renders_one_pod_per_task_with_its_tf_config():
         tf_config = json.loads(env["TF_CONFIG"])
         t = tf_config["task"]
         assert pod["metadata"]["name"] == f"demo-{t['type']}-{t['index']}"
-        assert tf_config["cluster"]["worker"] == ["demo-worker-0.demo.default.svc:2222", "demo-worker-1.demo.default.svc:2222"]
+        assert tf_config["cluster"]["worker"] == [
+            "demo-worker-0.demo.default.svc:2222",
+            "demo-worker-1.demo.default.svc:2222",
+        ]
         assert tf_config["cluster"]["ps"] == ["demo-ps-0.demo.default.svc:2222"]
         # the pod's own address is its entry in the cluster spec (hostname.subdomain)
-        assert tf_config["cluster"][t["type"]][t["index"]].startswith(f"{pod['spec']['hostname']}.{pod['spec']['subdomain']}.")
+        assert tf_config["cluster"][t["type"]][t["index"]].startswith(
+            f"{pod['spec']['hostname']}.{pod['spec']['subdomain']}."
+        )
         assert container["command"] == ["python", "-m", "pipeline.train", "strategy=parameter_server"]
         assert container["args"] == ["train.epochs=5", "precision=mixed_bfloat16"]
         seen.add((t["type"], t["index"]))
@@ -128,8 +147,14 @@ def test_launcher_refuses_a_single_process_strategy(tmp_path):
     import shutil
 
     shutil.copytree(ROOT / "conf", tmp_path / "conf")
-    proc = subprocess.run([sys.executable, "-m", "pipeline.launch", "strategy=mirrored"], cwd=tmp_path, env=_env(),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.launch", "strategy=mirrored"],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "strategy.name='mirrored'" in proc.stderr and "multi_worker_mirrored" in proc.stderr
 
@@ -139,11 +164,23 @@ def test_killing_one_worker_stops_the_job_with_no_orphans(prepared_image, tmp_pa
     import shutil
 
     shutil.copytree(ROOT / "conf", tmp_path / "conf")
-    cmd = [sys.executable, "-m", "pipeline.launch", "--grace", "3", "strategy=multi_worker_mirrored",
-           "model.filters=[4]", "model.dense_units=8", "train.batch_size_per_replica=2", "train.epochs=500",
-           f"data.output_dir={prepared_image.prepared_dir}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"]
-    launcher = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.launch",
+        "--grace",
+        "3",
+        "strategy=multi_worker_mirrored",
+        "model.filters=[4]",
+        "model.dense_units=8",
+        "train.batch_size_per_replica=2",
+        "train.epochs=500",
+        f"data.output_dir={prepared_image.prepared_dir}",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+    ]
+    launcher = subprocess.Popen(
+        cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(l) for l in launcher.stdout], daemon=True).start()
     pids, log, deadline = {}, [], time.monotonic() + 180
@@ -155,7 +192,9 @@ def test_killing_one_worker_stops_the_job_with_no_orphans(prepared_image, tmp_pa
                 continue
             log.append(line)
             if line.startswith("[launcher] started"):
-                pids = {k: int(v) for k, v in (p.split("=") for p in line.split(": ", 1)[1].strip().split(", "))}
+                pids = {
+                    k: int(v) for k, v in (p.split("=") for p in line.split(": ", 1)[1].strip().split(", "))
+                }
             if line.startswith("[worker:1]") and "epoch 1/" in line:
                 break
         else:
@@ -189,12 +228,26 @@ def test_a_dead_worker_restarts_the_job_which_resumes_in_the_same_run(prepared_i
 
     shutil.copytree(ROOT / "conf", tmp_path / "conf")
     db = tmp_path / "mlflow.db"
-    cmd = [sys.executable, "-m", "pipeline.train", "strategy=multi_worker_mirrored", "strategy.max_restarts=1",
-           "strategy.stop_grace_seconds=2", "model.filters=[4]", "model.dense_units=8",
-           "train.batch_size_per_replica=2", "train.epochs=8", "train.checkpoint_every_steps=2",
-           "tracking.log_model=false", "train.tensorboard=false",
-           f"data.output_dir={prepared_image.prepared_dir}", f"tracking.uri=sqlite:///{db}"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.train",
+        "strategy=multi_worker_mirrored",
+        "strategy.max_restarts=1",
+        "strategy.stop_grace_seconds=2",
+        "model.filters=[4]",
+        "model.dense_units=8",
+        "train.batch_size_per_replica=2",
+        "train.epochs=8",
+        "train.checkpoint_every_steps=2",
+        "tracking.log_model=false",
+        "train.tensorboard=false",
+        f"data.output_dir={prepared_image.prepared_dir}",
+        f"tracking.uri=sqlite:///{db}",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(l) for l in proc.stdout], daemon=True).start()
     log, killed, deadline = [], False, time.monotonic() + 400
@@ -207,7 +260,9 @@ def test_a_dead_worker_restarts_the_job_which_resumes_in_the_same_run(prepared_i
                 continue
             log.append(line)
             if line.startswith("[launcher] started") and not killed:
-                pids = {k: int(v) for k, v in (p.split("=") for p in line.split(": ", 1)[1].strip().split(", "))}
+                pids = {
+                    k: int(v) for k, v in (p.split("=") for p in line.split(": ", 1)[1].strip().split(", "))
+                }
             if not killed and line.startswith("[worker:0]") and "epoch 3/" in line:
                 os.kill(pids["worker:1"], signal.SIGKILL)
                 killed = True

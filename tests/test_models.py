@@ -8,13 +8,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import TINY_VOCAB as VOCAB  # noqa: E402
 
 from tfpipe import models, precision
 
-from conftest import TINY_VOCAB as VOCAB  # noqa: E402
-
 ROOT = Path(__file__).resolve().parents[1]
-
 
 
 pytestmark = pytest.mark.usefixtures("restore_float32_policy")
@@ -24,15 +22,18 @@ pytestmark = pytest.mark.usefixtures("restore_float32_policy")
 def image_cfg():
     from tfpipe import config
 
-    return config.compose(["model.filters=[8,16,16]", "model.dense_units=16", "model.dropout=0.2"],
-                          config_dir=ROOT / "conf")
+    return config.compose(
+        ["model.filters=[8,16,16]", "model.dense_units=16", "model.dropout=0.2"], config_dir=ROOT / "conf"
+    )
 
 
 @pytest.fixture(scope="module")
 def text_cfg():
     from tfpipe import config
 
-    return config.compose(["dataset=imdb", "dataset.sequence_length=12", "model.dropout=0.1"], config_dir=ROOT / "conf")
+    return config.compose(
+        ["dataset=imdb", "dataset.sequence_length=12", "model.dropout=0.1"], config_dir=ROOT / "conf"
+    )
 
 
 def _images(n, seed=0):
@@ -86,7 +87,14 @@ def test_text_vectorizer_adds_padding_and_oov_and_standardises():
     assert vec.get_vocabulary()[:2] == ["", "[UNK]"]
     ids = vec(tf.constant(["The FILM, great!", "unknownword the"])).numpy()
     assert ids.shape == (2, 6)
-    assert list(ids[0]) == [2 + VOCAB.index("the"), 2 + VOCAB.index("film"), 2 + VOCAB.index("great"), 0, 0, 0]
+    assert list(ids[0]) == [
+        2 + VOCAB.index("the"),
+        2 + VOCAB.index("film"),
+        2 + VOCAB.index("great"),
+        0,
+        0,
+        0,
+    ]
     assert list(ids[1][:2]) == [1, 2 + VOCAB.index("the")]
 
 
@@ -99,8 +107,9 @@ def _serve(saved_dir, **inputs):
 def test_export_image_round_trip(tmp_path, image_cfg):
     model = models.build_model(image_cfg, num_classes=3)
     export_dir = tmp_path / "saved_model"
-    models.export_saved_model(model, export_dir, modality="image", image_shape=[32, 32, 3],
-                              class_names=["blue", "green", "red"])
+    models.export_saved_model(
+        model, export_dir, modality="image", image_shape=[32, 32, 3], class_names=["blue", "green", "red"]
+    )
     images = _images(4, seed=1)
     loaded, fn, out = _serve(export_dir, image=tf.constant(images))
     _, kwargs = fn.structured_input_signature
@@ -119,7 +128,9 @@ def test_export_replaces_an_existing_model_and_leaves_no_temp_dirs(tmp_path, ima
     first = models.build_model(image_cfg, num_classes=3)
     models.export_saved_model(first, export_dir, modality="image", image_shape=[32, 32, 3], class_names="abc")
     second = models.build_model(image_cfg, num_classes=2)
-    models.export_saved_model(second, export_dir, modality="image", image_shape=[32, 32, 3], class_names=["x", "y"])
+    models.export_saved_model(
+        second, export_dir, modality="image", image_shape=[32, 32, 3], class_names=["x", "y"]
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["saved_model"]
     _, _, out = _serve(export_dir, image=tf.constant(_images(2)))
     assert out["probabilities"].shape == (2, 2)
@@ -134,7 +145,11 @@ def test_export_text_takes_raw_strings(tmp_path, text_cfg):
     reviews = ["A great film!", "Boring, AWFUL... the worst", ""]
     _, fn, out = _serve(export_dir, text=tf.constant(reviews))
     _, kwargs = fn.structured_input_signature
-    assert set(kwargs) == {"text"} and kwargs["text"].dtype == tf.string and kwargs["text"].shape.as_list() == [None]
+    assert (
+        set(kwargs) == {"text"}
+        and kwargs["text"].dtype == tf.string
+        and kwargs["text"].shape.as_list() == [None]
+    )
     probs = out["probabilities"].numpy()
     assert probs.shape == (3, 2) and probs.dtype == np.float32
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
@@ -147,7 +162,9 @@ def test_export_under_mixed_bfloat16_serves_float32(tmp_path, image_cfg):
 
     precision.apply_policy(PrecisionConfig(policy="mixed_bfloat16"))
     model = models.build_model(image_cfg, num_classes=3)
-    models.export_saved_model(model, tmp_path / "m", modality="image", image_shape=[32, 32, 3], class_names="abc")
+    models.export_saved_model(
+        model, tmp_path / "m", modality="image", image_shape=[32, 32, 3], class_names="abc"
+    )
     keras.mixed_precision.set_global_policy("float32")
     _, _, out = _serve(tmp_path / "m", image=tf.constant(_images(3)))
     assert out["probabilities"].dtype == tf.float32

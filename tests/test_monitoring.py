@@ -106,8 +106,14 @@ def test_profiler_trace_of_the_step_range(monitored_run):
 
 def test_mixed_float16_logs_the_loss_scale_and_histograms_can_be_off(prepared_image, tmp_path):
     log_dir = tmp_path / "tb-elsewhere"
-    cfg = _cfg("precision=mixed_float16", "train.epochs=1", "train.steps_per_epoch=2", "train.log_every_steps=1",
-               "train.histogram_every_epochs=0", f"train.tensorboard_dir={log_dir}")
+    cfg = _cfg(
+        "precision=mixed_float16",
+        "train.epochs=1",
+        "train.steps_per_epoch=2",
+        "train.log_every_steps=1",
+        "train.histogram_every_epochs=0",
+        f"train.tensorboard_dir={log_dir}",
+    )
     training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path / "out")
     assert not (tmp_path / "out" / "tensorboard").exists()  # an absolute tensorboard_dir is used as given
     train = _events(log_dir / "train")
@@ -124,7 +130,9 @@ def test_switched_off_or_non_chief_writes_nothing(tmp_path):
     worker = monitoring.build_hooks(tmp_path / "worker", model=model, chief=False, profile_steps=(1, 2))
     assert off == [] and worker == []
     assert [type(h).__name__ for h in monitoring.build_hooks(tmp_path / "on", profile_steps=(1, 2))] == [
-        "TensorBoardHook", "ProfilerHook"]
+        "TensorBoardHook",
+        "ProfilerHook",
+    ]
     assert not (tmp_path / "off").exists() and not (tmp_path / "worker").exists()
 
 
@@ -146,8 +154,13 @@ def test_bad_profile_steps_is_a_config_error(make_config, value):
 
 def test_config_defaults(make_config):
     tr = make_config().train
-    assert (tr.tensorboard, tr.tensorboard_dir, tr.histogram_every_epochs, tr.profile_steps,
-            tr.log_device_placement) == (True, "tensorboard", 1, None, False)
+    assert (
+        tr.tensorboard,
+        tr.tensorboard_dir,
+        tr.histogram_every_epochs,
+        tr.profile_steps,
+        tr.log_device_placement,
+    ) == (True, "tensorboard", 1, None, False)
     assert monitoring.parse_profile_steps("10-20") == (10, 20)
     with pytest.raises(ConfigError, match="train.histogram_every_epochs"):
         make_config("train.histogram_every_epochs=-1")
@@ -161,15 +174,23 @@ def test_train_stage_logs_the_tensorboard_dir_to_mlflow(prepared_image, tmp_path
 
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME"):
         monkeypatch.delenv(name, raising=False)
-    cfg = _cfg("data.source=directory", f"data.output_dir={prepared_image.prepared_dir}", "train.epochs=1",
-               "train.steps_per_epoch=2", "train.profile_steps=1-2", "tracking.log_model=false")
+    cfg = _cfg(
+        "data.source=directory",
+        f"data.output_dir={prepared_image.prepared_dir}",
+        "train.epochs=1",
+        "train.steps_per_epoch=2",
+        "train.profile_steps=1-2",
+        "tracking.log_model=false",
+    )
     try:
         stages.run_train(cfg, tmp_path)
     finally:
         while mlflow.active_run() is not None:
             mlflow.end_run()
         mlflow.set_tracking_uri(None)
-    assert (tmp_path / "models" / "cifar10" / "tensorboard" / "train").is_dir()  # under the DVC-tracked output
+    assert (
+        tmp_path / "models" / "cifar10" / "tensorboard" / "train"
+    ).is_dir()  # under the DVC-tracked output
     run_id = json.loads((tmp_path / cfg.tracking.run_file).read_text())["run_id"]
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert "tensorboard" in {a.path for a in client.list_artifacts(run_id)}

@@ -15,8 +15,14 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ("model.filters=[4]", "model.dense_units=8", "train.batch_size_per_replica=2", "train.epochs=3",
-        "train.optimizer.learning_rate=0.01", "tracking.log_model=false")
+TINY = (
+    "model.filters=[4]",
+    "model.dense_units=8",
+    "train.batch_size_per_replica=2",
+    "train.epochs=3",
+    "train.optimizer.learning_rate=0.01",
+    "tracking.log_model=false",
+)
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +45,16 @@ def project_env() -> dict:
 def _train_job(tmp: Path, prepared_dir: Path, strategy: str, *extra: str):
     project = make_project(tmp)
     db = project / "mlflow.db"
-    cmd = [sys.executable, "-m", "pipeline.train", f"strategy={strategy}", *TINY,
-           f"data.output_dir={prepared_dir}", f"tracking.uri=sqlite:///{db}", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.train",
+        f"strategy={strategy}",
+        *TINY,
+        f"data.output_dir={prepared_dir}",
+        f"tracking.uri=sqlite:///{db}",
+        *extra,
+    ]
     proc = subprocess.run(cmd, cwd=project, env=project_env(), capture_output=True, text=True, timeout=400)
     return project, db, proc
 

@@ -17,22 +17,42 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
 from conftest import default_policy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT_FILES = ["conf", "pipeline", "src", "dvc.yaml", "params.yaml", "MLproject", "python_env.yaml",
-                 "requirements.lock", "pyproject.toml", ".gitignore", ".dvcignore", ".dvc/config", "data/raw/.gitignore"]
+PROJECT_FILES = [
+    "conf",
+    "pipeline",
+    "src",
+    "dvc.yaml",
+    "params.yaml",
+    "MLproject",
+    "python_env.yaml",
+    "requirements.lock",
+    "pyproject.toml",
+    ".gitignore",
+    ".dvcignore",
+    ".dvc/config",
+    "data/raw/.gitignore",
+]
 # Shrinks the default config to seconds: a few dozen examples, small model, one epoch.
-TINY = ["experiment=smoke", "data.source=directory", "model.filters=[8,8]", "model.dense_units=16",
-        "train.batch_size_per_replica=8", "train.log_every_steps=1"]
+TINY = [
+    "experiment=smoke",
+    "data.source=directory",
+    "model.filters=[8,8]",
+    "model.dense_units=16",
+    "train.batch_size_per_replica=8",
+    "train.log_every_steps=1",
+]
 
 pytestmark = pytest.mark.slow
 
 
 def _run(cmd, cwd, env, timeout=600):
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    assert proc.returncode == 0, (
+        f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    )
     return proc.stdout + proc.stderr
 
 
@@ -65,7 +85,9 @@ def _make_project(tmp: Path, image_dir: Path, text_dir: Path, *extra: str) -> tu
     # The tiny config, composed by DVC itself and committed, as a user would after `dvc exp run -S`.
     from dvc.utils.hydra import compose_and_dump
 
-    compose_and_dump(project / "params.yaml", str(project / "conf"), None, "config", str(project), [*TINY, *extra])
+    compose_and_dump(
+        project / "params.yaml", str(project / "conf"), None, "config", str(project), [*TINY, *extra]
+    )
     _run([*git, "commit", "-qam", "tiny params"], project, env)
     return project, env
 
@@ -160,14 +182,27 @@ def test_second_repro_is_a_no_op(repro_project):
     for stage in ("prepare", "train", "evaluate"):
         assert f"Running stage '{stage}'" not in out, out
     assert (project / "run.json").read_text() == before
-    assert len(_client(project).search_runs([_client(project).get_experiment_by_name("tfpipe").experiment_id])) == 1
+    assert (
+        len(_client(project).search_runs([_client(project).get_experiment_by_name("tfpipe").experiment_id]))
+        == 1
+    )
 
 
 def test_dvc_exp_run_composes_conf_for_imdb(repro_project):
     """`dvc exp run -S dataset=imdb` recomposes params.yaml from conf/ and runs the text pipeline."""
     project, env, _ = repro_project
-    _run([sys.executable, "-m", "dvc", "exp", "run", *[arg for o in [*TINY, "dataset=imdb"] for arg in ("-S", o)]],
-         project, env)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "dvc",
+            "exp",
+            "run",
+            *[arg for o in [*TINY, "dataset=imdb"] for arg in ("-S", o)],
+        ],
+        project,
+        env,
+    )
     params = yaml.safe_load((project / "params.yaml").read_text())
     assert params["dataset"]["name"] == "imdb" and params["model"]["name"] == "embedding_gap"
     run_id = json.loads((project / "run.json").read_text())["run_id"]
@@ -187,8 +222,23 @@ def test_dvc_exp_run_composes_conf_for_imdb(repro_project):
 def test_mlflow_run_logs_into_the_run_it_created(repro_project):
     project, env, _ = repro_project
     overrides = " ".join([*TINY, "train.epochs=1"])
-    out = _run([sys.executable, "-m", "mlflow", "run", ".", "--env-manager", "local", "--experiment-name", "tfpipe",
-                "-P", f"overrides={overrides}"], project, env)
+    out = _run(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "run",
+            ".",
+            "--env-manager",
+            "local",
+            "--experiment-name",
+            "tfpipe",
+            "-P",
+            f"overrides={overrides}",
+        ],
+        project,
+        env,
+    )
     client = _client(project)
     experiment = client.get_experiment_by_name("tfpipe")
     runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"])
@@ -211,8 +261,23 @@ def test_mlflow_run_on_a_real_cifar10_subset(tmp_path, image_dir, text_dir):
     raw = _extract_subset(SHARED / archive_name, pattern, {"train": 40, "test": 10}, tmp_path / "raw")
     project, env = _make_project(tmp_path, image_dir, text_dir)
     overrides = f"data.source=directory data.path={raw} train.epochs=2 train.batch_size_per_replica=32"
-    out = _run([sys.executable, "-m", "mlflow", "run", ".", "--env-manager", "local", "--experiment-name", "tfpipe",
-                "-P", f"overrides={overrides}"], project, env)
+    out = _run(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "run",
+            ".",
+            "--env-manager",
+            "local",
+            "--experiment-name",
+            "tfpipe",
+            "-P",
+            f"overrides={overrides}",
+        ],
+        project,
+        env,
+    )
     client = _client(project)
     run = client.search_runs([client.get_experiment_by_name("tfpipe").experiment_id])[0]
     assert run.info.run_id in out and run.info.status == "FINISHED"
@@ -220,7 +285,9 @@ def test_mlflow_run_on_a_real_cifar10_subset(tmp_path, image_dir, text_dir):
     assert len(client.get_metric_history(run.info.run_id, "val_accuracy")) == 2
     manifest = json.loads((project / "data" / "prepared" / "cifar10" / "manifest.json").read_text())
     assert manifest["class_names"][:3] == ["airplane", "automobile", "bird"]
-    assert manifest["splits"]["train"]["num_examples"] + manifest["splits"]["validation"]["num_examples"] == 400
+    assert (
+        manifest["splits"]["train"]["num_examples"] + manifest["splits"]["validation"]["num_examples"] == 400
+    )
 
     import mlflow
     from PIL import Image

@@ -28,7 +28,9 @@ def test_each_policy_sets_the_global_policy(policy):
         assert precision.apply_policy(PrecisionConfig(policy=policy)) == policy
     assert keras.mixed_precision.global_policy().name == policy
     dense = keras.layers.Dense(2)
-    expected_compute = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}[policy]
+    expected_compute = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}[
+        policy
+    ]
     assert dense.compute_dtype == expected_compute and dense.variable_dtype == "float32"
 
 

@@ -20,10 +20,16 @@ GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign
 LOCK = {
     "schema": "2.0",
     "stages": {
-        "prepare": {"cmd": "python -m pipeline.prepare", "deps": [{"path": "data/raw", "md5": "abc.dir"}],
-                    "outs": [{"path": "data/prepared/cifar10", "md5": "def.dir"}]},
-        "train": {"cmd": "python -m pipeline.train", "params": {"params.yaml": {"train": {"epochs": 1}}},
-                  "outs": [{"path": "run.json", "md5": "123"}]},
+        "prepare": {
+            "cmd": "python -m pipeline.prepare",
+            "deps": [{"path": "data/raw", "md5": "abc.dir"}],
+            "outs": [{"path": "data/prepared/cifar10", "md5": "def.dir"}],
+        },
+        "train": {
+            "cmd": "python -m pipeline.train",
+            "params": {"params.yaml": {"train": {"epochs": 1}}},
+            "outs": [{"path": "run.json", "md5": "123"}],
+        },
     },
 }
 
@@ -101,8 +107,13 @@ def test_collect_is_fast_and_does_not_import_tensorflow(repo):
         "print(time.perf_counter() - t, 'tensorflow' in sys.modules, info['environment']['gpus'])"
     )
     src = Path(__file__).resolve().parents[1] / "src"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(src)}).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(src)},
+    ).stdout.split()
     seconds, imported_tf, gpus = float(out[0]), out[1], out[2]
     assert seconds < 1.0 and imported_tf == "False" and gpus == "None"
 

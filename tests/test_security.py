@@ -9,7 +9,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -47,8 +46,19 @@ SECRET_ENV = {
 }
 
 
-@pytest.mark.parametrize("name", ["DB_PASSWORD", "HF_TOKEN", "CLIENT_SECRET", "API_KEY", "AWS_ACCESS_KEY_ID",
-                                  "aws_secret_access_key", "githubToken", "MLFLOW_TRACKING_PASSWORD"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "DB_PASSWORD",
+        "HF_TOKEN",
+        "CLIENT_SECRET",
+        "API_KEY",
+        "AWS_ACCESS_KEY_ID",
+        "aws_secret_access_key",
+        "githubToken",
+        "MLFLOW_TRACKING_PASSWORD",
+    ],
+)
 def test_credential_like_names_are_secret(name):
     from tfpipe.tracking.redact import is_secret_key, redact
 
@@ -59,8 +69,16 @@ def test_credential_like_names_are_secret(name):
 def test_only_credential_like_env_values_are_collected():
     from tfpipe.tracking.redact import secret_env_values
 
-    env = {**SECRET_ENV, "PWD": "/work/project", "HOME": "/root", "API_KEY_SHORT": "abc", "SECRET_FLAG": "true",
-           "TOKEN_COUNT": "123456", "DATASET_MAX_TOKENS": "20000", "PATH": "/usr/bin"}
+    env = {
+        **SECRET_ENV,
+        "PWD": "/work/project",
+        "HOME": "/root",
+        "API_KEY_SHORT": "abc",
+        "SECRET_FLAG": "true",
+        "TOKEN_COUNT": "123456",
+        "DATASET_MAX_TOKENS": "20000",
+        "PATH": "/usr/bin",
+    }
     assert sorted(secret_env_values(env)) == sorted(SECRET_ENV.values())
 
 
@@ -71,7 +89,10 @@ def test_env_secret_values_are_scrubbed_inside_any_string(monkeypatch):
     token = SECRET_ENV["TFPIPE_TEST_API_TOKEN"]
     assert redact({"data.path": f"/mnt/{token}/raw", "n": 3}) == {"data.path": "/mnt/***/raw", "n": 3}
     tree = {"data": {"path": f"s3://bucket/{token}", "list": [f"x{token}y"]}, "auth": {"key": "k-9876543"}}
-    assert redact_tree(tree) == {"data": {"path": "s3://bucket/***", "list": ["x***y"]}, "auth": {"key": "***"}}
+    assert redact_tree(tree) == {
+        "data": {"path": "s3://bucket/***", "list": ["x***y"]},
+        "auth": {"key": "***"},
+    }
 
 
 @pytest.fixture
@@ -98,27 +119,43 @@ def test_no_secret_reaches_params_tags_or_the_logged_config(project, monkeypatch
 
     for name, value in SECRET_ENV.items():
         monkeypatch.setenv(name, value)
-    cfg = config.compose([
-        "experiment=smoke",
-        "data.path=/mnt/${oc.env:TFPIPE_TEST_API_TOKEN}/raw",
-        "data.tfds_data_dir=https://reader:${oc.env:MLFLOW_TRACKING_PASSWORD}@datasets.example/tfds",
-        "tracking.experiment_name=exp-${oc.env:DB_PASSWD}",
-    ], config_dir=ROOT / "conf")
+    cfg = config.compose(
+        [
+            "experiment=smoke",
+            "data.path=/mnt/${oc.env:TFPIPE_TEST_API_TOKEN}/raw",
+            "data.tfds_data_dir=https://reader:${oc.env:MLFLOW_TRACKING_PASSWORD}@datasets.example/tfds",
+            "tracking.experiment_name=exp-${oc.env:DB_PASSWD}",
+        ],
+        config_dir=ROOT / "conf",
+    )
     assert SECRET_ENV["TFPIPE_TEST_API_TOKEN"] in cfg.data.path  # the secret really is in the config
 
     with tracking.start_run(cfg, project, stage="train") as run:
         run.log_params({**cfg.flat(), "hub.api_key": "plain-key-value", "db.password": "pw-123456"})
         run.log_config(cfg)
         run.set_tags(tracking.run_tags(cfg, None, "0" * 64, provenance.collect(project)))
-        run.set_tags({"note": f"token {SECRET_ENV['AWS_SECRET_ACCESS_KEY']} used", "client_secret": "cs-abcdef"})
+        run.set_tags(
+            {"note": f"token {SECRET_ENV['AWS_SECRET_ACCESS_KEY']} used", "client_secret": "cs-abcdef"}
+        )
         run_id = run.run_id
 
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
     data = client.get_run(run_id).data
-    config_yaml = Path(download_artifacts(run_id=run_id, artifact_path="config/resolved.yaml",
-                                          tracking_uri=f"sqlite:///{project / 'mlflow.db'}")).read_text()
-    recorded = "\n".join([*map(str, data.params.items()), *map(str, data.tags.items()), config_yaml,
-                          (project / "run.json").read_text()])
+    config_yaml = Path(
+        download_artifacts(
+            run_id=run_id,
+            artifact_path="config/resolved.yaml",
+            tracking_uri=f"sqlite:///{project / 'mlflow.db'}",
+        )
+    ).read_text()
+    recorded = "\n".join(
+        [
+            *map(str, data.params.items()),
+            *map(str, data.tags.items()),
+            config_yaml,
+            (project / "run.json").read_text(),
+        ]
+    )
     for secret in [*SECRET_ENV.values(), "plain-key-value", "pw-123456", "cs-abcdef"]:
         assert secret not in recorded, secret
     assert data.params["data.path"] == "/mnt/***/raw"
@@ -184,7 +221,7 @@ def _version(text: str) -> tuple:
 def test_pins_and_installed_versions_are_past_known_cves(package):
     floor = CVE_FLOORS[package]
     for name in ("requirements.in", "requirements.lock"):
-        pins = [line.split("#")[0].strip() for line in (ROOT / name).read_text().splitlines()]
+        pins = [line.split("#")[0].strip().rstrip("\\").strip() for line in (ROOT / name).read_text().splitlines()]
         pinned = [p.split("==", 1)[1] for p in pins if p.lower().startswith(f"{package}==")]
         assert pinned, f"{package} is not pinned in {name}"
         assert _version(pinned[0]) >= floor, f"{name}: {package}=={pinned[0]} is below the CVE floor {floor}"
@@ -193,7 +230,15 @@ def test_pins_and_installed_versions_are_past_known_cves(package):
 
 # ----------------------------------------------------------------------------- configs cannot name code
 
-FORBIDDEN_CALLS = ("instantiate", "import_module", "__import__", "locate", "get_class", "get_method", "get_object")
+FORBIDDEN_CALLS = (
+    "instantiate",
+    "import_module",
+    "__import__",
+    "locate",
+    "get_class",
+    "get_method",
+    "get_object",
+)
 
 
 def test_no_code_instantiates_classes_named_by_config():
@@ -208,8 +253,10 @@ def test_no_code_instantiates_classes_named_by_config():
     assert not offenders, offenders
 
 
-@pytest.mark.parametrize("override", ["+model._target_=os.system", "+train.optimizer._target_=builtins.eval",
-                                      "+_target_=subprocess.Popen"])
+@pytest.mark.parametrize(
+    "override",
+    ["+model._target_=os.system", "+train.optimizer._target_=builtins.eval", "+_target_=subprocess.Popen"],
+)
 def test_target_keys_are_refused(make_config, override):
     from tfpipe.errors import ConfigError
 
@@ -247,7 +294,16 @@ def test_audit_script_says_clearly_when_the_database_is_unreachable(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proxy = f"http://127.0.0.1:{port}"  # closed: every request to the database fails
-    env = {**os.environ, "PIP_AUDIT": tool, "HTTPS_PROXY": proxy, "https_proxy": proxy, "NO_PROXY": "", "no_proxy": ""}
-    proc = subprocess.run(["/bin/bash", str(AUDIT), str(reqs)], env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PIP_AUDIT": tool,
+        "HTTPS_PROXY": proxy,
+        "https_proxy": proxy,
+        "NO_PROXY": "",
+        "no_proxy": "",
+    }
+    proc = subprocess.run(
+        ["/bin/bash", str(AUDIT), str(reqs)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 3, proc.stderr
     assert "UNCHECKED" in proc.stderr and "audited" in proc.stderr

@@ -29,14 +29,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from test_pipeline_e2e import ROOT, TINY, _make_project, _run
 from conftest import default_policy  # noqa: E402
+from test_pipeline_e2e import ROOT, TINY, _make_project, _run
 
 pytestmark = pytest.mark.slow
 
 PG_BINS = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-PG_BIN = PG_BINS[-1].parent if PG_BINS else (Path(shutil.which("initdb")).parent if shutil.which("initdb") else None)
+PG_BIN = (
+    PG_BINS[-1].parent
+    if PG_BINS
+    else (Path(shutil.which("initdb")).parent if shutil.which("initdb") else None)
+)
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 SERVER_SCRIPT = ROOT / "deploy" / "mlflow" / "server.sh"
@@ -84,9 +87,12 @@ def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> N
 
 
 def _http(url: str, auth: tuple[str, str] | None = None, data: dict | None = None) -> tuple[int, str]:
-    request = urllib.request.Request(url, method="POST" if data is not None else "GET",
-                                     data=json.dumps(data).encode() if data is not None else None,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url,
+        method="POST" if data is not None else "GET",
+        data=json.dumps(data).encode() if data is not None else None,
+        headers={"Content-Type": "application/json"},
+    )
     if auth:
         request.add_header("Authorization", "Basic " + base64.b64encode(":".join(auth).encode()).decode())
     try:
@@ -105,13 +111,25 @@ def _env(base: dict, **extra) -> dict:
 
 def _start_all(jobs: list[tuple[list, Path, dict]], timeout: float = 600) -> list[str]:
     """Start every (cmd, cwd, env) at once, wait for all; each must succeed. Returns their outputs."""
-    procs = [subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True) for cmd, cwd, env in jobs]
+    procs = [
+        subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for cmd, cwd, env in jobs
+    ]
     outputs, deadline = [], time.monotonic() + timeout
     try:
         for proc, (cmd, _, _) in zip(procs, jobs):
             out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{out[-6000:]}"
+            assert proc.returncode == 0, (
+                f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{out[-6000:]}"
+            )
             outputs.append(out)
     finally:
         for proc in procs:
@@ -147,22 +165,65 @@ def postgres():
     env = {**os.environ, "LC_ALL": "C"}
     started = False
     try:
-        subprocess.run([*as_user, PG_BIN / "initdb", "-D", base / "db", "-U", "postgres", "-A", "scram-sha-256",
-                        f"--pwfile={base / 'pw'}", "--no-sync", "-E", "UTF8"], check=True, capture_output=True, env=env,
-                       timeout=120)
-        subprocess.run([*as_user, PG_BIN / "pg_ctl", "-D", base / "db", "-l", base / "server.log", "-w", "-t", "60",
-                        "-o", f"-c listen_addresses=127.0.0.1 -p {port} -k {base} -c fsync=off", "start"],
-                       check=True, capture_output=True, env=env, timeout=90)
+        subprocess.run(
+            [
+                *as_user,
+                PG_BIN / "initdb",
+                "-D",
+                base / "db",
+                "-U",
+                "postgres",
+                "-A",
+                "scram-sha-256",
+                f"--pwfile={base / 'pw'}",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ],
+            check=True,
+            capture_output=True,
+            env=env,
+            timeout=120,
+        )
+        subprocess.run(
+            [
+                *as_user,
+                PG_BIN / "pg_ctl",
+                "-D",
+                base / "db",
+                "-l",
+                base / "server.log",
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                f"-c listen_addresses=127.0.0.1 -p {port} -k {base} -c fsync=off",
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+            env=env,
+            timeout=90,
+        )
         started = True
         client_env = {**env, "PGPASSWORD": password}
         for name in ("mlflow", "mlflow_auth"):
-            subprocess.run([PG_BIN / "createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", name],
-                           check=True, capture_output=True, env=client_env, timeout=30)
+            subprocess.run(
+                [PG_BIN / "createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", name],
+                check=True,
+                capture_output=True,
+                env=client_env,
+                timeout=30,
+            )
         yield {"port": port, "password": password, "user": "postgres"}
     finally:
         if started:
-            subprocess.run([*as_user, PG_BIN / "pg_ctl", "-D", base / "db", "-m", "immediate", "-w", "stop"],
-                           capture_output=True, env=env, timeout=60)
+            subprocess.run(
+                [*as_user, PG_BIN / "pg_ctl", "-D", base / "db", "-m", "immediate", "-w", "stop"],
+                capture_output=True,
+                env=env,
+                timeout=60,
+            )
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -173,39 +234,62 @@ def tracking_server(postgres, tmp_path_factory):
     port = _free_port()
     admin = ("admin", "admin-" + secrets.token_urlsafe(12))
     pg = f"postgresql://{postgres['user']}@127.0.0.1:{postgres['port']}"
-    env = _env(os.environ, MLFLOW_BACKEND_STORE_URI=f"{pg}/mlflow", MLFLOW_AUTH_DATABASE_URI=f"{pg}/mlflow_auth",
-               PGPASSWORD=postgres["password"], MLFLOW_AUTH_ADMIN_PASSWORD=admin[1], MLFLOW_PORT=port,
-               MLFLOW_ARTIFACTS_DESTINATION=tmp / "artifacts", MLFLOW_WORKERS=2)
+    env = _env(
+        os.environ,
+        MLFLOW_BACKEND_STORE_URI=f"{pg}/mlflow",
+        MLFLOW_AUTH_DATABASE_URI=f"{pg}/mlflow_auth",
+        PGPASSWORD=postgres["password"],
+        MLFLOW_AUTH_ADMIN_PASSWORD=admin[1],
+        MLFLOW_PORT=port,
+        MLFLOW_ARTIFACTS_DESTINATION=tmp / "artifacts",
+        MLFLOW_WORKERS=2,
+    )
     log = tmp / "server.log"
     with open(log, "w") as fh:
-        proc = subprocess.Popen(["bash", str(SERVER_SCRIPT)], cwd=tmp, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", str(SERVER_SCRIPT)],
+            cwd=tmp,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     uri = f"http://127.0.0.1:{port}"
     try:
         _wait_http(f"{uri}/health", proc, log, timeout=180)
         users = {}
         for name in ("alice", "bob"):
             users[name] = (name, f"{name}-" + secrets.token_urlsafe(12))
-            status, body = _http(f"{uri}/api/2.0/mlflow/users/create", admin,
-                                 {"username": name, "password": users[name][1]})
+            status, body = _http(
+                f"{uri}/api/2.0/mlflow/users/create", admin, {"username": name, "password": users[name][1]}
+            )
             assert status == 200, body
         yield {"uri": uri, "admin": admin, "users": users, "artifacts": tmp / "artifacts", "log": log}
     finally:
         _stop(proc, grace=3)
 
 
-@pytest.mark.parametrize("unset, admin_password, expected", [
-    ("MLFLOW_BACKEND_STORE_URI", "a-long-admin-password", "set MLFLOW_BACKEND_STORE_URI"),
-    ("MLFLOW_AUTH_DATABASE_URI", "a-long-admin-password", "set MLFLOW_AUTH_DATABASE_URI"),
-    (None, "", "set MLFLOW_AUTH_ADMIN_PASSWORD"),
-    (None, "password1234", "old public default"),
-    (None, "short", "shorter than 12 characters"),
-])
+@pytest.mark.parametrize(
+    "unset, admin_password, expected",
+    [
+        ("MLFLOW_BACKEND_STORE_URI", "a-long-admin-password", "set MLFLOW_BACKEND_STORE_URI"),
+        ("MLFLOW_AUTH_DATABASE_URI", "a-long-admin-password", "set MLFLOW_AUTH_DATABASE_URI"),
+        (None, "", "set MLFLOW_AUTH_ADMIN_PASSWORD"),
+        (None, "password1234", "old public default"),
+        (None, "short", "shorter than 12 characters"),
+    ],
+)
 def test_server_script_refuses_missing_or_weak_settings(unset, admin_password, expected, tmp_path):
-    env = _env(os.environ, MLFLOW_BACKEND_STORE_URI="postgresql://u@127.0.0.1:9/mlflow",
-               MLFLOW_AUTH_DATABASE_URI="postgresql://u@127.0.0.1:9/mlflow_auth", MLFLOW_AUTH_ADMIN_PASSWORD=admin_password)
+    env = _env(
+        os.environ,
+        MLFLOW_BACKEND_STORE_URI="postgresql://u@127.0.0.1:9/mlflow",
+        MLFLOW_AUTH_DATABASE_URI="postgresql://u@127.0.0.1:9/mlflow_auth",
+        MLFLOW_AUTH_ADMIN_PASSWORD=admin_password,
+    )
     env.pop(unset or "", None)
-    proc = subprocess.run(["bash", str(SERVER_SCRIPT)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        ["bash", str(SERVER_SCRIPT)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and expected in proc.stderr, proc.stderr
 
 
@@ -217,11 +301,24 @@ def server_projects(tracking_server, tmp_path_factory, image_dir, text_dir):
     for name in ("alice", "bob"):
         project, env = _make_project(tmp_path_factory.mktemp(f"team-{name}"), image_dir, text_dir)
         user, password = tracking_server["users"][name]
-        projects[name] = (project, _env(env, MLFLOW_TRACKING_URI=tracking_server["uri"],
-                                         MLFLOW_TRACKING_USERNAME=user, MLFLOW_TRACKING_PASSWORD=password))
+        projects[name] = (
+            project,
+            _env(
+                env,
+                MLFLOW_TRACKING_URI=tracking_server["uri"],
+                MLFLOW_TRACKING_USERNAME=user,
+                MLFLOW_TRACKING_PASSWORD=password,
+            ),
+        )
     commands["alice"] = [sys.executable, "-m", "dvc", "repro"]
-    commands["bob"] = [sys.executable, "-m", "pipeline.run_all", *TINY, "dataset=imdb",
-                       "train.optimizer.learning_rate=0.003"]
+    commands["bob"] = [
+        sys.executable,
+        "-m",
+        "pipeline.run_all",
+        *TINY,
+        "dataset=imdb",
+        "train.optimizer.learning_rate=0.003",
+    ]
     started = time.monotonic()
     _start_all([(commands[name], project, env) for name, (project, env) in projects.items()])
     return {"projects": projects, "seconds": time.monotonic() - started}
@@ -253,11 +350,15 @@ def test_pipeline_run_is_complete_on_the_team_server(tracking_server, server_pro
     for key in ("train_loss", "val_accuracy", "test_accuracy", "test_loss"):
         assert key in run.data.metrics, sorted(run.data.metrics)
     steps = json.loads((project / "metrics" / "train.json").read_text())["steps"]
-    assert len(client.get_metric_history(run.info.run_id, "train_loss")) >= steps > 0  # every step (log_every_steps=1)
+    assert (
+        len(client.get_metric_history(run.info.run_id, "train_loss")) >= steps > 0
+    )  # every step (log_every_steps=1)
     # artifacts went through the server's proxy into its artifact store, not the project folder
     assert run.info.artifact_uri.startswith("mlflow-artifacts:")
     assert {"config", "plots", "checkpoints"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert len(list(tracking_server["artifacts"].rglob("saved_model.pb"))) == 1  # uploaded once (in the model)
+    assert (
+        len(list(tracking_server["artifacts"].rglob("saved_model.pb"))) == 1
+    )  # uploaded once (in the model)
     assert not (project / "mlartifacts").exists() and not (project / "mlflow.db").exists()
     # the model was logged through the server (its MLmodel reads back; loading it is test_pipeline_e2e's job)
     import mlflow
@@ -275,9 +376,13 @@ def test_credentials_are_never_logged(tracking_server, server_projects, monkeypa
     for name, (project, _) in server_projects["projects"].items():
         password = tracking_server["users"][name][1]
         run = client.get_run(json.loads((project / "run.json").read_text())["run_id"])
-        logged = [*run.data.params.values(), *run.data.tags.values(), (project / "run.json").read_text(),
-                  _artifact_text(client, run.info.run_id, "config/resolved.yaml"),
-                  _artifact_text(client, run.info.run_id, "provenance/provenance.json")]
+        logged = [
+            *run.data.params.values(),
+            *run.data.tags.values(),
+            (project / "run.json").read_text(),
+            _artifact_text(client, run.info.run_id, "config/resolved.yaml"),
+            _artifact_text(client, run.info.run_id, "provenance/provenance.json"),
+        ]
         assert not [text for text in logged if password in text or tracking_server["admin"][1] in text]
         assert not any("MLFLOW_TRACKING_PASSWORD" in text for text in logged)
 
@@ -287,12 +392,19 @@ def test_unauthenticated_requests_are_refused(tracking_server):
     assert _http(search)[0] == 401
     assert _http(search, ("alice", "not-her-password"))[0] == 401
     assert _http(search, tracking_server["users"]["alice"])[0] == 200
-    assert _http(f"{tracking_server['uri']}/api/2.0/mlflow/users/create", tracking_server["users"]["alice"],
-                 {"username": "mallory", "password": "x" * 16})[0] == 403  # only the admin manages users
+    assert (
+        _http(
+            f"{tracking_server['uri']}/api/2.0/mlflow/users/create",
+            tracking_server["users"]["alice"],
+            {"username": "mallory", "password": "x" * 16},
+        )[0]
+        == 403
+    )  # only the admin manages users
 
 
-def test_wrong_or_missing_password_fails_fast_with_one_line(tracking_server, server_projects, make_config,
-                                                            monkeypatch, tmp_path):
+def test_wrong_or_missing_password_fails_fast_with_one_line(
+    tracking_server, server_projects, make_config, monkeypatch, tmp_path
+):
     from tfpipe import tracking
     from tfpipe.errors import TrackingError
 
@@ -316,17 +428,26 @@ def test_wrong_or_missing_password_fails_fast_with_one_line(tracking_server, ser
     # the CLI: exit 2, one line naming the variables, before any training
     project, env = server_projects["projects"]["alice"]
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pipeline.train", *TINY], cwd=project,
-                          env={**env, "MLFLOW_TRACKING_PASSWORD": "wrong-password-123"},
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.train", *TINY],
+        cwd=project,
+        env={**env, "MLFLOW_TRACKING_PASSWORD": "wrong-password-123"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
-    assert errors == [f"train: error: MLflow tracking server {tracking_server['uri']} refused the credentials of user "
-                      "'alice' (HTTP 401); fix MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD"], proc.stderr[-3000:]
+    assert errors == [
+        f"train: error: MLflow tracking server {tracking_server['uri']} refused the credentials of user "
+        "'alice' (HTTP 401); fix MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD"
+    ], proc.stderr[-3000:]
     print(f"wrong password: CLI exit 2 after {time.monotonic() - started:.1f} s")
 
 
-def test_two_pipelines_at_once_on_the_server_are_complete_and_separate(tracking_server, server_projects, monkeypatch):
+def test_two_pipelines_at_once_on_the_server_are_complete_and_separate(
+    tracking_server, server_projects, monkeypatch
+):
     client = _server_client(tracking_server, monkeypatch)
     runs = {}
     for name, (project, _) in server_projects["projects"].items():
@@ -335,20 +456,26 @@ def test_two_pipelines_at_once_on_the_server_are_complete_and_separate(tracking_
     assert runs["alice"][1].info.run_id != runs["bob"][1].info.run_id
     experiment = client.get_experiment_by_name("tfpipe")
     assert {r.info.run_id for r in client.search_runs([experiment.experiment_id])} == {
-        r.info.run_id for _, r in runs.values()}
+        r.info.run_id for _, r in runs.values()
+    }
     for name, dataset, lr in (("alice", "cifar10", "0.001"), ("bob", "imdb", "0.003")):
         project, run = runs[name]
         assert run.info.status == "FINISHED"
         assert run.data.params["dataset.name"] == dataset and run.data.tags["dataset"] == dataset
         assert run.data.params["train.optimizer.learning_rate"] == lr
-        assert yaml.safe_load(_artifact_text(client, run.info.run_id, "config/resolved.yaml"))["dataset"]["name"] == dataset
+        assert (
+            yaml.safe_load(_artifact_text(client, run.info.run_id, "config/resolved.yaml"))["dataset"]["name"]
+            == dataset
+        )
         steps = json.loads((project / "metrics" / "train.json").read_text())["steps"]
         history = client.get_metric_history(run.info.run_id, "train_loss")
         assert sorted({m.step for m in history}) == sorted(m.step for m in history)  # no step logged twice
         assert max(m.step for m in history) <= steps
         eval_metrics = json.loads((project / "metrics" / "eval.json").read_text())
         assert run.data.metrics["test_accuracy"] == pytest.approx(eval_metrics["accuracy"])
-        assert [d.dataset.name for d in run.inputs.dataset_inputs if d.dataset.name.endswith("-train")] == [f"{dataset}-train"]
+        assert [d.dataset.name for d in run.inputs.dataset_inputs if d.dataset.name.endswith("-train")] == [
+            f"{dataset}-train"
+        ]
     print(f"two pipelines at once on the server: {server_projects['seconds']:.0f} s")
 
 
@@ -368,7 +495,9 @@ def test_dvc_push_then_pull_into_a_clone_makes_repro_a_no_op(server_projects):
 
     clone = project.parent / "clone"
     _run(["git", "clone", "-q", str(project), str(clone)], project.parent, env)
-    shutil.copytree(project / "data" / "raw", clone / "data" / "raw", dirs_exist_ok=True)  # raw data: from the shared source
+    shutil.copytree(
+        project / "data" / "raw", clone / "data" / "raw", dirs_exist_ok=True
+    )  # raw data: from the shared source
     assert not (clone / "models").exists()
     _run([sys.executable, "-m", "dvc", "pull"], clone, env)
     assert (clone / "models" / "cifar10" / "saved_model" / "saved_model.pb").is_file()
@@ -396,11 +525,15 @@ def queued_sweep(tmp_path_factory, image_dir, text_dir):
     env = _env(env)
     # Queued experiments run in a copy holding only what git and DVC track: the raw data must be DVC-tracked.
     _run([sys.executable, "-m", "dvc", "add", "data/raw/cifar10"], project, env)
-    _run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "track raw data"], project, env)
+    _run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "track raw data"], project, env
+    )
     settings = [arg for item in [*TINY, *SWEEP] for arg in ("-S", item)]
     _run([sys.executable, "-m", "dvc", "exp", "run", "--queue", *settings], project, env)
     started = time.monotonic()
-    out = _run([sys.executable, "-m", "dvc", "exp", "run", "--run-all", "--jobs", "2"], project, env, timeout=480)
+    out = _run(
+        [sys.executable, "-m", "dvc", "exp", "run", "--run-all", "--jobs", "2"], project, env, timeout=480
+    )
     assert "Failed to reproduce" not in out, out[-5000:]  # dvc exits 0 even then
     return project, env, out, time.monotonic() - started
 
@@ -410,8 +543,10 @@ def test_dvc_queue_sweep_logs_one_comparable_run_per_experiment_into_one_sqlite_
     client = _sqlite_client(project)
     experiment = client.get_experiment_by_name("tfpipe")
     runs = client.search_runs([experiment.experiment_id])
-    assert sorted(r.info.run_name for r in runs) == ["cifar10-cnn-one_device-float32",
-                                                      "cifar10-cnn-one_device-mixed_bfloat16"], out[-3000:]
+    assert sorted(r.info.run_name for r in runs) == [
+        "cifar10-cnn-one_device-float32",
+        "cifar10-cnn-one_device-mixed_bfloat16",
+    ], out[-3000:]
     exp_names = {r.data.tags.get("dvc.exp_name") for r in runs}
     shown = json.loads(_run([sys.executable, "-m", "dvc", "exp", "show", "--json"], project, env))
     listed = {e["name"] for rev in shown for e in (rev.get("experiments") or []) if e.get("name")}
@@ -422,9 +557,13 @@ def test_dvc_queue_sweep_logs_one_comparable_run_per_experiment_into_one_sqlite_
         assert run.data.params["train.optimizer.learning_rate"] == "0.002"
         assert run.data.tags["tfpipe.stage.evaluate"] == "FINISHED" and "test_accuracy" in run.data.metrics
         history = client.get_metric_history(run.info.run_id, "train_loss")
-        assert history and len({m.step for m in history}) == len(history)  # concurrent writers: nothing doubled
+        assert history and len({m.step for m in history}) == len(
+            history
+        )  # concurrent writers: nothing doubled
         # artifacts landed in the real project, not in the deleted temporary copy
-        assert (project / "mlartifacts" / run.info.run_id / "artifacts" / "config" / "resolved.yaml").is_file()
+        assert (
+            project / "mlartifacts" / run.info.run_id / "artifacts" / "config" / "resolved.yaml"
+        ).is_file()
     assert set(runs[0].data.params) == set(runs[1].data.params)  # same flat keys: comparable column by column
     print(f"dvc queue sweep, 2 experiments, --jobs 2: {seconds:.0f} s")
 
@@ -432,7 +571,9 @@ def test_dvc_queue_sweep_logs_one_comparable_run_per_experiment_into_one_sqlite_
 def test_hydra_multirun_nests_one_run_per_combination_under_a_parent(tmp_path, image_dir, text_dir):
     project, env = _make_project(tmp_path, image_dir, text_dir)
     started = time.monotonic()
-    _run([sys.executable, "-m", "pipeline.sweep", "--multirun", *SWEEP, *TINY], project, _env(env), timeout=480)
+    _run(
+        [sys.executable, "-m", "pipeline.sweep", "--multirun", *SWEEP, *TINY], project, _env(env), timeout=480
+    )
     seconds = time.monotonic() - started
     client = _sqlite_client(project)
     runs = client.search_runs([client.get_experiment_by_name("tfpipe").experiment_id])
@@ -460,10 +601,27 @@ def mlflow_ui(queued_sweep, tmp_path):
     port = _free_port()
     log = tmp_path / "ui.log"
     with open(log, "w") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri",
-                                 f"sqlite:///{project / 'mlflow.db'}", "--host", "127.0.0.1", "--port", str(port),
-                                 "--workers", "1"], cwd=project, env=_env(os.environ), stdout=fh,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "ui",
+                "--backend-store-uri",
+                f"sqlite:///{project / 'mlflow.db'}",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            cwd=project,
+            env=_env(os.environ),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         _wait_http(f"http://127.0.0.1:{port}/health", proc, log, timeout=120)
         yield f"http://127.0.0.1:{port}", project
@@ -480,11 +638,23 @@ def browser(tmp_path):
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1600,1000", f"--user-data-dir={tmp_path / 'profile'}"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1600,1000",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ):
         options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER, log_output=str(tmp_path / "driver.log")))
+    driver = webdriver.Chrome(
+        options=options, service=Service(CHROMEDRIVER, log_output=str(tmp_path / "driver.log"))
+    )
     driver.set_page_load_timeout(60)
     try:
         yield driver
@@ -505,7 +675,9 @@ def _page_with(driver, needles, in_dom=(), timeout=60.0) -> str:
             return text + "\n" + dom
         time.sleep(0.5)
     missing = [n for n in needles if n not in text] + [n for n in in_dom if n not in dom]
-    raise AssertionError(f"{driver.current_url}: {missing} not shown after {timeout:.0f} s; page text:\n{text[:3000]}")
+    raise AssertionError(
+        f"{driver.current_url}: {missing} not shown after {timeout:.0f} s; page text:\n{text[:3000]}"
+    )
 
 
 def _shown(value: float) -> set[str]:
@@ -532,14 +704,30 @@ def test_mlflow_ui_shows_and_compares_the_two_runs(mlflow_ui, browser, tmp_path)
 
     ids = json.dumps([r.info.run_id for r in runs])
     browser.get(f"{url}/#/compare-runs?runs={ids}&experiments={json.dumps([experiment.experiment_id])}")
-    text = _page_with(browser, ["Comparing 2 Runs", *names, "precision.policy", "train.optimizer.learning_rate",
-                                "float32", "mixed_bfloat16", "Metrics", "final_train_loss", "epoch_train_accuracy"])
+    text = _page_with(
+        browser,
+        [
+            "Comparing 2 Runs",
+            *names,
+            "precision.policy",
+            "train.optimizer.learning_rate",
+            "float32",
+            "mixed_bfloat16",
+            "Metrics",
+            "final_train_loss",
+            "epoch_train_accuracy",
+        ],
+    )
     params_row = next(line for line in text.splitlines() if line.startswith("precision.policy "))
-    assert set(params_row.split()[1:]) == {"float32", "mixed_bfloat16"}, params_row  # the differing param, both values
+    assert set(params_row.split()[1:]) == {"float32", "mixed_bfloat16"}, (
+        params_row
+    )  # the differing param, both values
     words = set(text.split())
     for run in runs:  # each run's value of the metrics the table shows first (it renders rows lazily)
         for key in ("final_train_loss", "epoch_train_accuracy"):
             assert _shown(run.data.metrics[key]) & words, (key, run.data.metrics[key], text[-3000:])
     browser.save_screenshot(str(tmp_path / "compare.png"))
-    assert (tmp_path / "compare.png").stat().st_size > 10_000 and (tmp_path / "experiment.png").stat().st_size > 10_000
+    assert (tmp_path / "compare.png").stat().st_size > 10_000 and (
+        tmp_path / "experiment.png"
+    ).stat().st_size > 10_000
     print(f"screenshots: {tmp_path / 'experiment.png'} {tmp_path / 'compare.png'}")

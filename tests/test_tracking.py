@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import default_policy  # noqa: E402
 
 from tfpipe.errors import TrackingError
-from conftest import default_policy  # noqa: E402
 
 MLFLOW_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME")
 
@@ -130,8 +130,13 @@ def test_start_run_names_run_writes_run_file_and_uses_project_artifacts(cfg, pro
     import yaml
     from mlflow.artifacts import download_artifacts
 
-    resolved = yaml.safe_load(Path(download_artifacts(run_id=info["run_id"], artifact_path="config/resolved.yaml",
-                                                     tracking_uri=info["tracking_uri"])).read_text())
+    resolved = yaml.safe_load(
+        Path(
+            download_artifacts(
+                run_id=info["run_id"], artifact_path="config/resolved.yaml", tracking_uri=info["tracking_uri"]
+            )
+        ).read_text()
+    )
     assert resolved == cfg.to_dict()
     assert "MLFLOW_TRACKING_URI" not in os.environ  # the fluent API's URI was not leaked to later runs
 
@@ -233,10 +238,23 @@ def test_params_are_flat_redacted_and_batched(cfg, project):
 
 @pytest.mark.parametrize(
     "key, secret",
-    [("password", True), ("db.password", True), ("api_key", True), ("apiKey", True), ("AWS_ACCESS_KEY_ID", True),
-     ("hf_token", True), ("client_secret", True), ("credentials_file", True), ("dbpassword", True),
-     ("dataset.max_tokens", False), ("train.max_checkpoints_to_keep", False), ("keep", False), ("monkey", False),
-     ("keyboard_layout", False), ("model.dense_units", False)],
+    [
+        ("password", True),
+        ("db.password", True),
+        ("api_key", True),
+        ("apiKey", True),
+        ("AWS_ACCESS_KEY_ID", True),
+        ("hf_token", True),
+        ("client_secret", True),
+        ("credentials_file", True),
+        ("dbpassword", True),
+        ("dataset.max_tokens", False),
+        ("train.max_checkpoints_to_keep", False),
+        ("keep", False),
+        ("monkey", False),
+        ("keyboard_layout", False),
+        ("model.dense_units", False),
+    ],
 )
 def test_is_secret_key(key, secret):
     from tfpipe.tracking import is_secret_key, redact
@@ -259,14 +277,18 @@ def test_metrics_are_buffered_then_arrive_with_their_steps(cfg, project):
         for step in range(3):  # 6 values < 7: still buffered
             run.log_metrics({"train_loss": 1.0 / (step + 1), "lr": np.float32(0.1)}, step=step)
         assert client.get_metric_history(run.run_id, "train_loss") == []
-        run.log_metrics({"train_loss": 0.25, "lr": 0.1}, step=3)  # 8 values: one batch sent (background thread)
+        run.log_metrics(
+            {"train_loss": 0.25, "lr": 0.1}, step=3
+        )  # 8 values: one batch sent (background thread)
         for _ in range(100):
             if len(client.get_metric_history(run.run_id, "train_loss")) == 4:
                 break
             time.sleep(0.1)
         assert len(client.get_metric_history(run.run_id, "train_loss")) == 4
         for step in range(4, 20):
-            run.log_metrics({"train_loss": 1.0 / (step + 1), "lr": 0.1, "bad key!": 1.0, "note": "n/a"}, step=step)
+            run.log_metrics(
+                {"train_loss": 1.0 / (step + 1), "lr": 0.1, "bad key!": 1.0, "note": "n/a"}, step=step
+            )
     history = client.get_metric_history(run.run_id, "train_loss")
     assert sorted(m.step for m in history) == list(range(20))
     assert {m.step: m.value for m in history}[9] == pytest.approx(0.1)
@@ -281,19 +303,50 @@ def test_run_tags_cover_config_strategy_data_git_dvc_and_versions(cfg, project):
     provenance = {
         "git": {"commit": "a" * 40, "branch": "main", "dirty": True, "diff": "..."},
         "dvc_lock": {"present": True, "content": "...", "stages": {"prepare": "1" * 64, "train": "2" * 64}},
-        "environment": {"python": "3.11.7", "packages": {"tensorflow": "2.21.0", "keras": "3.15.1", "mlflow": "3.17.2",
-                                                         "dvc": "3.67.1", "tensorflow_datasets": "4.9.10"},
-                        "platform": "Linux", "cpu": "Some CPU", "num_cpus": 2, "gpus": []},
+        "environment": {
+            "python": "3.11.7",
+            "packages": {
+                "tensorflow": "2.21.0",
+                "keras": "3.15.1",
+                "mlflow": "3.17.2",
+                "dvc": "3.67.1",
+                "tensorflow_datasets": "4.9.10",
+            },
+            "platform": "Linux",
+            "cpu": "Some CPU",
+            "num_cpus": 2,
+            "gpus": [],
+        },
     }
-    strategy = {"name": "OneDeviceStrategy", "num_replicas_in_sync": 1, "devices": ["/cpu:0"], "worker_count": 1}
+    strategy = {
+        "name": "OneDeviceStrategy",
+        "num_replicas_in_sync": 1,
+        "devices": ["/cpu:0"],
+        "worker_count": 1,
+    }
     tags = tracking.run_tags(cfg, strategy, "d" * 64, provenance)
     expected = {
-        "dataset": "cifar10", "model": "cnn", "strategy": "one_device", "precision": "auto",
-        "precision.resolved": default_policy(), "replicas": "1",
-        "device": "/cpu:0", "data.manifest_digest": "d" * 64, "git.commit": "a" * 40, "git.dirty": "true",
-        "mlflow.source.git.commit": "a" * 40, "dvc.lock.prepare": "1" * 64, "dvc.lock.train": "2" * 64,
-        "python_version": "3.11.7", "tf_version": "2.21.0", "keras_version": "3.15.1", "mlflow_version": "3.17.2",
-        "dvc_version": "3.67.1", "cpu": "Some CPU", "strategy.name": "OneDeviceStrategy", "gpus": "none",
+        "dataset": "cifar10",
+        "model": "cnn",
+        "strategy": "one_device",
+        "precision": "auto",
+        "precision.resolved": default_policy(),
+        "replicas": "1",
+        "device": "/cpu:0",
+        "data.manifest_digest": "d" * 64,
+        "git.commit": "a" * 40,
+        "git.dirty": "true",
+        "mlflow.source.git.commit": "a" * 40,
+        "dvc.lock.prepare": "1" * 64,
+        "dvc.lock.train": "2" * 64,
+        "python_version": "3.11.7",
+        "tf_version": "2.21.0",
+        "keras_version": "3.15.1",
+        "mlflow_version": "3.17.2",
+        "dvc_version": "3.67.1",
+        "cpu": "Some CPU",
+        "strategy.name": "OneDeviceStrategy",
+        "gpus": "none",
     }
     assert {k: tags.get(k) for k in expected} == expected
     assert tracking.dvc_lock_tags(provenance) == {"dvc.lock.prepare": "1" * 64, "dvc.lock.train": "2" * 64}
@@ -316,11 +369,20 @@ def test_log_dataset_records_digest_context_profile_and_schema(cfg, project, tmp
 
     digest = "f" * 64
     manifest = {
-        "format_version": 1, "dataset": "cifar10", "modality": "image",
-        "feature_spec": {"image": {"dtype": "uint8", "shape": [32, 32, 3], "encoding": "raw"},
-                         "label": {"dtype": "int64", "shape": []}},
-        "class_names": ["a", "b"], "num_classes": 2,
-        "splits": {"train": {"num_examples": 90}, "validation": {"num_examples": 10}, "test": {"num_examples": 20}},
+        "format_version": 1,
+        "dataset": "cifar10",
+        "modality": "image",
+        "feature_spec": {
+            "image": {"dtype": "uint8", "shape": [32, 32, 3], "encoding": "raw"},
+            "label": {"dtype": "int64", "shape": []},
+        },
+        "class_names": ["a", "b"],
+        "num_classes": 2,
+        "splits": {
+            "train": {"num_examples": 90},
+            "validation": {"num_examples": 10},
+            "test": {"num_examples": 20},
+        },
     }
     prepared = tmp_path / "data" / "prepared" / "cifar10"
     prepared.mkdir(parents=True)
@@ -363,20 +425,31 @@ def saved_models(tmp_path_factory):
     image_model = keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(x))
     archive = keras.export.ExportArchive()
     archive.track(image_model)
-    archive.add_endpoint(name="serving_default", fn=lambda image: {"probabilities": image_model(image, training=False)},
-                         input_signature=[tf.TensorSpec([None, 8, 8, 3], tf.uint8, name="image")])
+    archive.add_endpoint(
+        name="serving_default",
+        fn=lambda image: {"probabilities": image_model(image, training=False)},
+        input_signature=[tf.TensorSpec([None, 8, 8, 3], tf.uint8, name="image")],
+    )
     archive.write_out(str(root / "image"), verbose=False)
 
     vectorizer = keras.layers.TextVectorization(max_tokens=20, output_sequence_length=6)
     vectorizer.adapt(["good great fine film", "bad awful poor film"])
-    text_model = keras.Sequential([keras.layers.Embedding(20, 4), keras.layers.GlobalAveragePooling1D(),
-                                   keras.layers.Dense(2, activation="softmax")])
+    text_model = keras.Sequential(
+        [
+            keras.layers.Embedding(20, 4),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(2, activation="softmax"),
+        ]
+    )
     text_model(vectorizer(tf.constant(["x"])))
     archive = keras.export.ExportArchive()
     archive.track(vectorizer)
     archive.track(text_model)
-    archive.add_endpoint(name="serving_default", fn=lambda text: {"probabilities": text_model(vectorizer(text))},
-                         input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    archive.add_endpoint(
+        name="serving_default",
+        fn=lambda text: {"probabilities": text_model(vectorizer(text))},
+        input_signature=[tf.TensorSpec([None], tf.string, name="text")],
+    )
     archive.write_out(str(root / "text"), verbose=False)
     return {"image": root / "image", "text": root / "text"}
 
@@ -395,8 +468,9 @@ def test_log_model_serves_raw_images(cfg, project, saved_models):
 
     example = np.random.default_rng(0).integers(0, 256, size=(2, 8, 8, 3), dtype=np.uint8)
     with tracking.start_run(cfg, project, stage="train") as run:
-        model_uri = run.log_model(saved_models["image"], modality="image", input_example=example,
-                                  class_names=IMAGE_CLASSES)
+        model_uri = run.log_model(
+            saved_models["image"], modality="image", input_example=example, class_names=IMAGE_CLASSES
+        )
     assert model_uri.startswith("models:/")
     assert _client(project).get_run(run.run_id).data.tags["model_uri"] == model_uri
 
@@ -406,7 +480,11 @@ def test_log_model_serves_raw_images(cfg, project, saved_models):
     assert served.metadata.get_input_schema().inputs[0].shape == (-1, 8, 8, 3)
     images = np.random.default_rng(1).integers(0, 256, size=(5, 8, 8, 3), dtype=np.uint8)
     predictions = served.predict(images)
-    assert isinstance(predictions, np.ndarray) and predictions.dtype == np.float32 and predictions.shape == (5, 3)
+    assert (
+        isinstance(predictions, np.ndarray)
+        and predictions.dtype == np.float32
+        and predictions.shape == (5, 3)
+    )
     np.testing.assert_allclose(predictions.sum(axis=1), 1.0, atol=1e-5)
     np.testing.assert_allclose(predictions, _direct(saved_models["image"], image=images), atol=1e-6)
     assert mlflow.pyfunc.load_model(model_uri).predict(images[:1]).shape == (1, 3)
@@ -419,8 +497,12 @@ def test_log_model_serves_raw_texts(cfg, project, saved_models):
     from tfpipe import tracking
 
     with tracking.start_run(cfg, project, stage="train") as run:
-        model_uri = run.log_model(saved_models["text"], modality="text", input_example=["good film", "awful film"],
-                                  class_names=["neg", "pos"])
+        model_uri = run.log_model(
+            saved_models["text"],
+            modality="text",
+            input_example=["good film", "awful film"],
+            class_names=["neg", "pos"],
+        )
     mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
     served = mlflow.pyfunc.load_model(model_uri)
     texts = ["a good great film", "bad and awful", "unknown words"]
@@ -448,16 +530,22 @@ def test_the_newest_checkpoint_is_logged_alone(cfg, project, tmp_path):
     for step in (1, 2):
         (ckpt / f"ckpt-{step}.index").write_bytes(b"i")
         (ckpt / f"ckpt-{step}.data-00000-of-00001").write_bytes(b"d")
-    (ckpt / "checkpoint").write_text('model_checkpoint_path: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-1"\n'
-                                     'all_model_checkpoint_paths: "ckpt-2"\n')
+    (ckpt / "checkpoint").write_text(
+        'model_checkpoint_path: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-1"\n'
+        'all_model_checkpoint_paths: "ckpt-2"\n'
+    )
     (ckpt / "history.json").write_text("[]")
     files, prefix = WorkDir(tmp_path).latest_checkpoint()
     assert prefix == "ckpt-2"
     with tracking.start_run(cfg, project, stage="train") as run:
         run.log_checkpoint_files(files, prefix)
     logged = {a.path for a in _client(project).list_artifacts(run.run_id, "checkpoints")}
-    assert logged == {"checkpoints/checkpoint", "checkpoints/ckpt-2.index", "checkpoints/ckpt-2.data-00000-of-00001",
-                      "checkpoints/history.json"}
+    assert logged == {
+        "checkpoints/checkpoint",
+        "checkpoints/ckpt-2.index",
+        "checkpoints/ckpt-2.data-00000-of-00001",
+        "checkpoints/history.json",
+    }
     state = project / "mlartifacts" / run.run_id / "artifacts" / "checkpoints" / "checkpoint"
     assert 'model_checkpoint_path: "ckpt-2"' in state.read_text() and "ckpt-1" not in state.read_text()
 
@@ -465,18 +553,25 @@ def test_the_newest_checkpoint_is_logged_alone(cfg, project, tmp_path):
 # ----------------------------------------------------------------------------- team: DVC experiments, sweeps, new stores
 
 
-def test_queued_dvc_experiment_logs_to_the_real_repositorys_store(cfg, project, tmp_path_factory, monkeypatch):
+def test_queued_dvc_experiment_logs_to_the_real_repositorys_store(
+    cfg, project, tmp_path_factory, monkeypatch
+):
     """`dvc exp run --queue` runs in a temporary copy; DVC points DVC_ROOT at the real repository."""
     from tfpipe import tracking
     from tfpipe.tracking import backend
 
     copy = tmp_path_factory.mktemp("exp-copy")
     monkeypatch.setenv("DVC_ROOT", str(project))
-    assert tracking.resolve_tracking_uri(cfg.tracking, copy) == f"sqlite:///{copy.resolve()}/mlflow.db"  # plain repro
+    assert (
+        tracking.resolve_tracking_uri(cfg.tracking, copy) == f"sqlite:///{copy.resolve()}/mlflow.db"
+    )  # plain repro
     monkeypatch.setenv("DVC_EXP_NAME", "quiet-fern")
     monkeypatch.setenv("DVC_EXP_BASELINE_REV", "b" * 40)
     assert tracking.resolve_tracking_uri(cfg.tracking, copy) == f"sqlite:///{project.resolve()}/mlflow.db"
-    assert backend.artifact_location_for(cfg.tracking, copy, "sqlite:///x.db") == (project / "mlartifacts").resolve().as_uri()
+    assert (
+        backend.artifact_location_for(cfg.tracking, copy, "sqlite:///x.db")
+        == (project / "mlartifacts").resolve().as_uri()
+    )
     with tracking.start_run(cfg, copy, stage="train") as run:
         pass
     assert (copy / "run.json").is_file() and not (copy / "mlflow.db").exists()
@@ -487,7 +582,9 @@ def test_queued_dvc_experiment_logs_to_the_real_repositorys_store(cfg, project, 
 def test_sweep_parent_run_nests_the_runs_started_under_it(cfg, project):
     from tfpipe import tracking
 
-    parent = tracking.ParentRun(cfg, project, "sweep-test", {"sweep.overrides": "precision=a,b", "db.password": "x"})
+    parent = tracking.ParentRun(
+        cfg, project, "sweep-test", {"sweep.overrides": "precision=a,b", "db.password": "x"}
+    )
     with tracking.start_run(cfg, project, stage="train") as child:
         pass
     parent.close("FINISHED")
@@ -510,8 +607,12 @@ def test_two_processes_creating_one_new_sqlite_store_at_once(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     code = f"from tfpipe.tracking.backend import init_store; init_store({uri!r}); print('ok')"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
-    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     results = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in results]
     from mlflow import MlflowClient

@@ -44,14 +44,30 @@ class MlflowServer:
         log = open(self.workdir / "server.log", "ab")
         started = time.monotonic()
         self.proc = subprocess.Popen(
-            [str(mlflow_bin), "server", "--backend-store-uri", f"sqlite:///{self.workdir / 'mlflow.db'}",
-             "--default-artifact-root", str(self.workdir / "artifacts"), "--host", "127.0.0.1",
-             "--port", str(self.port), "--workers", "1"],
-            cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                str(mlflow_bin),
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{self.workdir / 'mlflow.db'}",
+                "--default-artifact-root",
+                str(self.workdir / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
+            cwd=self.workdir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         while time.monotonic() - started < START_TIMEOUT_S:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited: {(self.workdir / 'server.log').read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"mlflow server exited: {(self.workdir / 'server.log').read_text()[-2000:]}"
+                )
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=1) as resp:
                     if resp.status == 200:

@@ -10,11 +10,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import default_policy  # noqa: E402
 
 from tfpipe import config, training
 from tfpipe.config import PRECISIONS
 from tfpipe.errors import DataError, UserError
-from conftest import default_policy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_CNN = ("model.filters=[8,8]", "model.dense_units=16")
@@ -53,8 +53,12 @@ def _policy_is_restored():
 
 @pytest.fixture(scope="module")
 def image_run(prepared_image, tmp_path_factory):
-    cfg = _image_cfg("train.epochs=3", "train.log_every_steps=2", "train.checkpoint_every_steps=2",
-                     "train.optimizer.learning_rate=0.003")
+    cfg = _image_cfg(
+        "train.epochs=3",
+        "train.log_every_steps=2",
+        "train.checkpoint_every_steps=2",
+        "train.optimizer.learning_rate=0.003",
+    )
     out = tmp_path_factory.mktemp("image_run")
     sink = ListSink()
     result = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out, sink=sink)
@@ -71,8 +75,9 @@ def _serve(saved_model_dir, **inputs) -> np.ndarray:
 def _test_images(prepared_dir, n=9):
     from tfpipe import data
 
-    images, labels = next(iter(data.make_dataset(prepared_dir, "test", batch_size=n, training=False, seed=0,
-                                                 cache=False)))
+    images, labels = next(
+        iter(data.make_dataset(prepared_dir, "test", batch_size=n, training=False, seed=0, cache=False))
+    )
     return images.numpy(), labels.numpy()
 
 
@@ -135,7 +140,10 @@ def test_saved_model_serves_raw_images(image_run, prepared_image):
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
     from tfpipe import data, models
 
-    assert models.load_class_names(result.saved_model_dir) == data.load_manifest(prepared_image.prepared_dir)["class_names"]
+    assert (
+        models.load_class_names(result.saved_model_dir)
+        == data.load_manifest(prepared_image.prepared_dir)["class_names"]
+    )
 
 
 # ----------------------------------------------------------------------------- resume
@@ -144,12 +152,18 @@ def test_saved_model_serves_raw_images(image_run, prepared_image):
 def test_resume_continues_at_the_saved_epoch(prepared_image, tmp_path):
     overrides = ("train.lr_schedule.name=cosine", "train.log_every_steps=1")
     first_sink, second_sink = ListSink(), ListSink()
-    first = training.train(_image_cfg("train.epochs=1", *overrides), prepared_dir=prepared_image.prepared_dir,
-                           output_dir=tmp_path, sink=first_sink)
+    first = training.train(
+        _image_cfg("train.epochs=1", *overrides),
+        prepared_dir=prepared_image.prepared_dir,
+        output_dir=tmp_path,
+        sink=first_sink,
+    )
     assert first.epochs_run == 1 and first.steps == IMAGE_STEPS
 
     cfg = _image_cfg("train.epochs=2", *overrides)
-    second = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path, sink=second_sink)
+    second = training.train(
+        cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path, sink=second_sink
+    )
     assert second.resumed and second.initial_epoch == 1 and second.epochs_run == 1
     assert second.steps == 2 * IMAGE_STEPS
     assert [row["epoch"] for row in second.history] == [0, 1]
@@ -168,8 +182,12 @@ def test_resume_continues_at_the_saved_epoch(prepared_image, tmp_path):
 
 
 def test_resume_mid_epoch_skips_the_batches_already_trained(prepared_image, tmp_path):
-    cfg = _image_cfg("train.epochs=1", "train.checkpoint_every_steps=1", "train.max_checkpoints_to_keep=10",
-                     "train.log_every_steps=1")
+    cfg = _image_cfg(
+        "train.epochs=1",
+        "train.checkpoint_every_steps=1",
+        "train.max_checkpoints_to_keep=10",
+        "train.log_every_steps=1",
+    )
     training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path)
     ckpt = tmp_path / "checkpoints"
     # Pretend the run died right after step 2 of epoch 0: only ckpt-1 and ckpt-2 were written.
@@ -186,9 +204,17 @@ def test_resume_mid_epoch_skips_the_batches_already_trained(prepared_image, tmp_
 
 
 def test_resume_with_another_model_is_a_clear_error(prepared_image, tmp_path):
-    training.train(_image_cfg("train.epochs=1", "train.steps_per_epoch=1"), prepared_dir=prepared_image.prepared_dir,
-                   output_dir=tmp_path)
-    other = _cfg("model.filters=[4]", "model.dense_units=8", "train.epochs=2", f"train.batch_size_per_replica={IMAGE_BATCH}")
+    training.train(
+        _image_cfg("train.epochs=1", "train.steps_per_epoch=1"),
+        prepared_dir=prepared_image.prepared_dir,
+        output_dir=tmp_path,
+    )
+    other = _cfg(
+        "model.filters=[4]",
+        "model.dense_units=8",
+        "train.epochs=2",
+        f"train.batch_size_per_replica={IMAGE_BATCH}",
+    )
     with pytest.raises(UserError, match="cannot resume"):
         training.train(other, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path)
 
@@ -208,9 +234,15 @@ def test_every_precision_trains_and_exports_float32(policy, prepared_image, tmp_
 
 
 def test_adamw_cosine_warmup_and_label_smoothing(prepared_image, tmp_path):
-    cfg = _image_cfg("train.epochs=2", "train.optimizer.name=adamw", "train.optimizer.weight_decay=0.01",
-                     "train.lr_schedule.name=cosine", "train.lr_schedule.warmup_epochs=1",
-                     "train.label_smoothing=0.1", "train.log_every_steps=1")
+    cfg = _image_cfg(
+        "train.epochs=2",
+        "train.optimizer.name=adamw",
+        "train.optimizer.weight_decay=0.01",
+        "train.lr_schedule.name=cosine",
+        "train.lr_schedule.warmup_epochs=1",
+        "train.label_smoothing=0.1",
+        "train.log_every_steps=1",
+    )
     sink = ListSink()
     result = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path, sink=sink)
     lrs = [m["learning_rate"] for _, m in sink.rows("learning_rate")]
@@ -239,15 +271,18 @@ def test_schedule_shapes():
     assert float(constant(99)) == pytest.approx(0.1)
     cosine = training.WarmupSchedule(0.1, total_steps=100, warmup_steps=0, decay="cosine")
     assert float(cosine(0)) == pytest.approx(0.1) and float(cosine(50)) == pytest.approx(0.05)
-    assert float(cosine(100)) == pytest.approx(0.0, abs=1e-9) and float(cosine(500)) == pytest.approx(0.0, abs=1e-9)
+    assert float(cosine(100)) == pytest.approx(0.0, abs=1e-9) and float(cosine(500)) == pytest.approx(
+        0.0, abs=1e-9
+    )
 
 
 def test_optimizers_and_loss_scaling(make_config):
     cfg = make_config("train.optimizer.name=sgd", "train.optimizer.momentum=0.8")
     sgd = training.make_optimizer(cfg.train, 0.1)
     assert isinstance(sgd, keras.optimizers.SGD) and sgd.momentum == pytest.approx(0.8)
-    adamw = training.make_optimizer(make_config("train.optimizer.name=adamw",
-                                                "train.optimizer.weight_decay=0.01").train, 0.1)
+    adamw = training.make_optimizer(
+        make_config("train.optimizer.name=adamw", "train.optimizer.weight_decay=0.01").train, 0.1
+    )
     assert isinstance(adamw, keras.optimizers.AdamW) and adamw.weight_decay == pytest.approx(0.01)
     scaled = training.make_optimizer(make_config().train, 0.1, policy="mixed_float16")
     assert isinstance(scaled, keras.optimizers.LossScaleOptimizer)
@@ -258,8 +293,14 @@ def test_optimizers_and_loss_scaling(make_config):
 
 
 def test_text_model_trains_on_token_ids_and_serves_raw_strings(prepared_text, tmp_path):
-    cfg = _cfg("dataset=imdb", "dataset.sequence_length=32", "train.batch_size_per_replica=6", "train.epochs=10",
-               "train.optimizer.learning_rate=0.01", "train.log_every_steps=3")
+    cfg = _cfg(
+        "dataset=imdb",
+        "dataset.sequence_length=32",
+        "train.batch_size_per_replica=6",
+        "train.epochs=10",
+        "train.optimizer.learning_rate=0.01",
+        "train.log_every_steps=3",
+    )
     sink = ListSink()
     result = training.train(cfg, prepared_dir=prepared_text.prepared_dir, output_dir=tmp_path, sink=sink)
     losses = [row["epoch_train_loss"] for row in result.history]
@@ -281,21 +322,35 @@ def test_sink_protocol_is_structural():
 
 
 def _one_sgd_step(prepared_image, out, *overrides):
-    cfg = _cfg("model.filters=[4]", "model.dense_units=8", "train.epochs=1", "train.optimizer.name=sgd",
-               "train.optimizer.momentum=0.0", "train.optimizer.learning_rate=0.5",
-               "precision=float32", *overrides)  # float32: the sums must agree to 2e-5
+    cfg = _cfg(
+        "model.filters=[4]",
+        "model.dense_units=8",
+        "train.epochs=1",
+        "train.optimizer.name=sgd",
+        "train.optimizer.momentum=0.0",
+        "train.optimizer.learning_rate=0.5",
+        "precision=float32",
+        *overrides,
+    )  # float32: the sums must agree to 2e-5
     result = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out)
     images, _ = _test_images(prepared_image.prepared_dir)
     return result, _serve(result.saved_model_dir, image=images)
 
 
 def test_grad_accumulation_equals_one_step_on_the_larger_batch(prepared_image, tmp_path):
-    big, big_probs = _one_sgd_step(prepared_image, tmp_path / "big", "train.batch_size_per_replica=8",
-                                   "train.steps_per_epoch=1")
-    acc, acc_probs = _one_sgd_step(prepared_image, tmp_path / "acc", "train.batch_size_per_replica=4",
-                                   "train.grad_accumulation_steps=2", "train.steps_per_epoch=2")
-    small, small_probs = _one_sgd_step(prepared_image, tmp_path / "small", "train.batch_size_per_replica=4",
-                                       "train.steps_per_epoch=1")
+    big, big_probs = _one_sgd_step(
+        prepared_image, tmp_path / "big", "train.batch_size_per_replica=8", "train.steps_per_epoch=1"
+    )
+    acc, acc_probs = _one_sgd_step(
+        prepared_image,
+        tmp_path / "acc",
+        "train.batch_size_per_replica=4",
+        "train.grad_accumulation_steps=2",
+        "train.steps_per_epoch=2",
+    )
+    small, small_probs = _one_sgd_step(
+        prepared_image, tmp_path / "small", "train.batch_size_per_replica=4", "train.steps_per_epoch=1"
+    )
     assert big.steps == acc.steps == small.steps == 1  # one optimizer step each
     np.testing.assert_allclose(acc_probs, big_probs, atol=2e-5)
     assert np.abs(small_probs - big_probs).max() > 1e-4  # half the batch is a different step
@@ -303,8 +358,12 @@ def test_grad_accumulation_equals_one_step_on_the_larger_batch(prepared_image, t
 
 
 def test_linear_lr_scaling_multiplies_the_peak_by_the_replicas(make_config):
-    linear = make_config("train.lr_scaling=linear", "train.optimizer.learning_rate=0.01",
-                         "train.lr_schedule.warmup_epochs=1", "train.epochs=2").train
+    linear = make_config(
+        "train.lr_scaling=linear",
+        "train.optimizer.learning_rate=0.01",
+        "train.lr_schedule.warmup_epochs=1",
+        "train.epochs=2",
+    ).train
     assert training.lr_scale(linear, 4) == 4.0
     assert training.lr_scale(make_config().train, 4) == 1.0
     schedule = training.make_lr_schedule(linear, steps_per_epoch=10, scale=training.lr_scale(linear, 4))
@@ -314,8 +373,13 @@ def test_linear_lr_scaling_multiplies_the_peak_by_the_replicas(make_config):
 
 
 def test_batches_per_pipeline_never_leaves_a_worker_short():
-    inputs = training.InputSpec(modality="image", num_classes=3, class_names=list("abc"), num_train_examples=21,
-                              train_shard_sizes=[8, 8, 5])
+    inputs = training.InputSpec(
+        modality="image",
+        num_classes=3,
+        class_names=list("abc"),
+        num_train_examples=21,
+        train_shard_sizes=[8, 8, 5],
+    )
     assert training.batches_per_pipeline(inputs, 1, 4) == 5
     # 2 workers, whole files: {8+5, 8} examples, 2 per worker per step -> the 8-example worker has 4 steps
     assert training.batches_per_pipeline(inputs, 2, 4) == 4
@@ -329,18 +393,27 @@ def test_steps_per_execution_changes_neither_the_result_nor_the_logging_steps(pr
     runs = {}
     for spe in (1, 3):
         sink = ListSink()
-        cfg = _image_cfg("train.epochs=2", "train.log_every_steps=2", "train.checkpoint_every_steps=4",
-                         "train.max_checkpoints_to_keep=10", f"train.steps_per_execution={spe}",
-                         "train.tensorboard=false")
+        cfg = _image_cfg(
+            "train.epochs=2",
+            "train.log_every_steps=2",
+            "train.checkpoint_every_steps=4",
+            "train.max_checkpoints_to_keep=10",
+            f"train.steps_per_execution={spe}",
+            "train.tensorboard=false",
+        )
         out = tmp_path / f"spe{spe}"
         result = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out, sink=sink)
-        ckpts = sorted(int(p.name.split("-")[1].split(".")[0]) for p in (out / "checkpoints").glob("ckpt-*.index"))
+        ckpts = sorted(
+            int(p.name.split("-")[1].split(".")[0]) for p in (out / "checkpoints").glob("ckpt-*.index")
+        )
         runs[spe] = (result, sink, ckpts)
     (one, sink1, ckpts1), (three, sink3, ckpts3) = runs[1], runs[3]
     assert one.steps == three.steps == 2 * IMAGE_STEPS
     assert three.weights_sha256 == one.weights_sha256
     steps1 = [s for s, _ in sink1.rows("train_loss")]
-    assert steps1 == [s for s, _ in sink3.rows("train_loss")] == [2, 4, 5, 6, 8, 10]  # every 2nd + epoch tails
+    assert (
+        steps1 == [s for s, _ in sink3.rows("train_loss")] == [2, 4, 5, 6, 8, 10]
+    )  # every 2nd + epoch tails
     for (_, a), (_, b) in zip(sink1.rows("train_loss"), sink3.rows("train_loss")):
         assert a["train_loss"] == b["train_loss"] and a["train_accuracy"] == b["train_accuracy"]
     assert ckpts1 == ckpts3 == [4, 5, 8, 10]  # every 4th step and every epoch end

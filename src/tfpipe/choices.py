@@ -9,7 +9,15 @@ MODALITIES = ("image", "text")
 IMAGE_MODELS = ("cnn", "resnet")
 TEXT_MODELS = ("embedding_gap", "ngram_bag", "nbsvm")
 MODELS = IMAGE_MODELS + TEXT_MODELS
-STRATEGIES = ("one_device", "auto", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server", "tpu")
+STRATEGIES = (
+    "one_device",
+    "auto",
+    "mirrored",
+    "central_storage",
+    "multi_worker_mirrored",
+    "parameter_server",
+    "tpu",
+)
 MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 COMMUNICATIONS = ("auto", "ring", "nccl")
 LR_SCALINGS = ("none", "linear")
@@ -20,6 +28,9 @@ LR_SCHEDULES = ("constant", "cosine", "onecycle")
 SOURCES = ("tfds", "directory")
 ON_BAD_FILE = ("fail", "skip")
 SHARD_POLICIES = ("auto", "file", "data")  # how input pipelines (workers) split the train split
-STANDARDIZERS = ("strip_punctuation", "split_punctuation")  # text: how text is cut before whitespace splitting
+STANDARDIZERS = (
+    "strip_punctuation",
+    "split_punctuation",
+)  # text: how text is cut before whitespace splitting
 # tracking.uri schemes MLflow's own stores understand (a plain folder path is allowed too)
 TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "databricks", "postgresql", "mysql", "mssql")

@@ -51,7 +51,9 @@ def local_cluster(strategy: str, num_workers: int, num_ps: int = 0, host: str = 
     elif strategy == "parameter_server":
         counts = {"chief": 1, "worker": num_workers, "ps": num_ps}
     else:
-        raise UserError(f"strategy.name={strategy!r}: not a multi-process strategy; allowed: multi_worker_mirrored, parameter_server")
+        raise UserError(
+            f"strategy.name={strategy!r}: not a multi-process strategy; allowed: multi_worker_mirrored, parameter_server"
+        )
     ports = iter(free_ports(sum(counts.values()), host))
     return {job: [f"{host}:{next(ports)}" for _ in range(n)] for job, n in counts.items() if n > 0}
 
@@ -73,18 +75,24 @@ def parse_tf_config(text: str, where: str = TF_CONFIG) -> dict:
     except ValueError as exc:
         raise UserError(f"{where}: not valid JSON ({exc})") from None
     if not isinstance(value, dict) or not isinstance(value.get("cluster"), dict) or not value["cluster"]:
-        raise UserError(f"{where}: expected {{\"cluster\": {{job: [host:port, ...]}}, \"task\": {{...}}}}")
+        raise UserError(f'{where}: expected {{"cluster": {{job: [host:port, ...]}}, "task": {{...}}}}')
     for job, addresses in value["cluster"].items():
         if job not in TASK_TYPES:
             raise UserError(f"{where}: cluster job {job!r} not allowed; allowed: {', '.join(TASK_TYPES)}")
         if not isinstance(addresses, list) or not all(isinstance(a, str) and ":" in a for a in addresses):
-            raise UserError(f"{where}: cluster.{job} must be a list of 'host:port' strings, got {addresses!r}")
+            raise UserError(
+                f"{where}: cluster.{job} must be a list of 'host:port' strings, got {addresses!r}"
+            )
     task = value.get("task") or {}
     ttype, index = task.get("type"), task.get("index", 0)
     if ttype not in value["cluster"]:
-        raise UserError(f"{where}: task.type={ttype!r} is not a job of the cluster; allowed: {', '.join(value['cluster'])}")
+        raise UserError(
+            f"{where}: task.type={ttype!r} is not a job of the cluster; allowed: {', '.join(value['cluster'])}"
+        )
     if not isinstance(index, int) or not 0 <= index < len(value["cluster"][ttype]):
-        raise UserError(f"{where}: task.index={index!r} out of range for job {ttype!r} ({len(value['cluster'][ttype])} tasks)")
+        raise UserError(
+            f"{where}: task.index={index!r} out of range for job {ttype!r} ({len(value['cluster'][ttype])} tasks)"
+        )
     return {"cluster": value["cluster"], "task": {"type": ttype, "index": index}}
 
 
@@ -92,8 +100,10 @@ def read_tf_config(environ=None) -> dict:
     environ = os.environ if environ is None else environ
     text = environ.get(TF_CONFIG, "").strip()
     if not text:
-        raise UserError(f"{TF_CONFIG}: not set; multi-process strategies need it (run through python -m pipeline.launch, "
-                        f"or let the cluster manager set it)")
+        raise UserError(
+            f"{TF_CONFIG}: not set; multi-process strategies need it (run through python -m pipeline.launch, "
+            f"or let the cluster manager set it)"
+        )
     return parse_tf_config(text)
 
 
@@ -133,25 +143,63 @@ def _render(template: Path, values: dict) -> str:
     return string.Template(template.read_text(encoding="utf-8")).substitute(values)
 
 
-def k8s_cluster(job_name: str, strategy: str, num_workers: int, num_ps: int = 0, port: int = 2222,
-                namespace: str = "default") -> Cluster:
+def k8s_cluster(
+    job_name: str,
+    strategy: str,
+    num_workers: int,
+    num_ps: int = 0,
+    port: int = 2222,
+    namespace: str = "default",
+) -> Cluster:
     """Stable pod DNS names of the headless Service: <job>-<type>-<i>.<job>.<namespace>.svc:<port>."""
-    counts = {"worker": num_workers} if strategy == "multi_worker_mirrored" else {"chief": 1, "worker": num_workers, "ps": num_ps}
-    return {t: [f"{job_name}-{t}-{i}.{job_name}.{namespace}.svc:{port}" for i in range(n)] for t, n in counts.items() if n}
+    counts = (
+        {"worker": num_workers}
+        if strategy == "multi_worker_mirrored"
+        else {"chief": 1, "worker": num_workers, "ps": num_ps}
+    )
+    return {
+        t: [f"{job_name}-{t}-{i}.{job_name}.{namespace}.svc:{port}" for i in range(n)]
+        for t, n in counts.items()
+        if n
+    }
 
 
-def render_k8s(job_name: str, image: str, strategy: str = "multi_worker_mirrored", num_workers: int = 2,
-               num_ps: int = 1, port: int = 2222, namespace: str = "default", overrides=()) -> str:
+def render_k8s(
+    job_name: str,
+    image: str,
+    strategy: str = "multi_worker_mirrored",
+    num_workers: int = 2,
+    num_ps: int = 1,
+    port: int = 2222,
+    namespace: str = "default",
+    overrides=(),
+) -> str:
     """deploy/k8s/*.tmpl -> one multi-document manifest: a headless Service and one Pod per task,
     each with its own TF_CONFIG."""
     cluster = k8s_cluster(job_name, strategy, num_workers, num_ps, port, namespace)
-    docs = [_render(DEPLOY_DIR / "k8s" / "service.yaml.tmpl", {"job_name": job_name, "namespace": namespace, "port": port})]
+    docs = [
+        _render(
+            DEPLOY_DIR / "k8s" / "service.yaml.tmpl",
+            {"job_name": job_name, "namespace": namespace, "port": port},
+        )
+    ]
     for ttype, index in roles(cluster):
-        docs.append(_render(DEPLOY_DIR / "k8s" / "pod.yaml.tmpl", {
-            "job_name": job_name, "namespace": namespace, "port": port, "image": image,
-            "task_type": ttype, "task_index": index, "strategy": strategy,
-            "overrides": ", ".join(json.dumps(o) for o in overrides), "tf_config": json.dumps(tf_config(cluster, ttype, index)),
-        }))
+        docs.append(
+            _render(
+                DEPLOY_DIR / "k8s" / "pod.yaml.tmpl",
+                {
+                    "job_name": job_name,
+                    "namespace": namespace,
+                    "port": port,
+                    "image": image,
+                    "task_type": ttype,
+                    "task_index": index,
+                    "strategy": strategy,
+                    "overrides": ", ".join(json.dumps(o) for o in overrides),
+                    "tf_config": json.dumps(tf_config(cluster, ttype, index)),
+                },
+            )
+        )
     return "---\n".join(docs)
 
 
@@ -165,9 +213,15 @@ def slurm_tf_config(nodelist: List[str], procid: int, port: int = 2222) -> str:
 def render_slurm(nodes: int = 2, cpus_per_task: int = 8, time: str = "02:00:00", overrides=()) -> str:
     import shlex
 
-    return _render(DEPLOY_DIR / "slurm" / "train.sbatch.tmpl",
-                   {"nodes": nodes, "cpus_per_task": cpus_per_task, "time": time,
-                    "overrides": " ".join(shlex.quote(o) for o in overrides)})
+    return _render(
+        DEPLOY_DIR / "slurm" / "train.sbatch.tmpl",
+        {
+            "nodes": nodes,
+            "cpus_per_task": cpus_per_task,
+            "time": time,
+            "overrides": " ".join(shlex.quote(o) for o in overrides),
+        },
+    )
 
 
 def _main(argv=None) -> int:
@@ -180,8 +234,12 @@ def _main(argv=None) -> int:
         print("usage: python -m tfpipe.cluster slurm-tf-config [PORT]", file=sys.stderr)
         return 2
     port = int(argv[1]) if len(argv) > 1 else 2222
-    nodes = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
-                           check=True, capture_output=True, text=True).stdout.split()
+    nodes = subprocess.run(
+        ["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     print(slurm_tf_config(nodes, int(os.environ["SLURM_PROCID"]), port))
     return 0
 

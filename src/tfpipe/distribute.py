@@ -183,8 +183,13 @@ def run_server(strategy_cfg) -> None:
     spec = cluster.read_tf_config()
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    server = tf.distribute.Server(resolver.cluster_spec(), job_name=spec["task"]["type"],
-                                  task_index=spec["task"]["index"], protocol="grpc", start=True)
+    server = tf.distribute.Server(
+        resolver.cluster_spec(),
+        job_name=spec["task"]["type"],
+        task_index=spec["task"]["index"],
+        protocol="grpc",
+        start=True,
+    )
     log.info("%s:%d serving at %s", spec["task"]["type"], spec["task"]["index"], server.target)
     server.join()
 
@@ -216,7 +221,11 @@ def describe_strategy(strategy: tf.distribute.Strategy) -> dict:
     """Facts for logging and tags: class name, replicas, devices, workers."""
     default = not tf.distribute.has_strategy() and strategy is tf.distribute.get_strategy()
     try:
-        devices = ["/job:localhost/replica:0/task:0/device:CPU:0"] if default else list(strategy.extended.worker_devices)
+        devices = (
+            ["/job:localhost/replica:0/task:0/device:CPU:0"]
+            if default
+            else list(strategy.extended.worker_devices)
+        )
     except (AttributeError, NotImplementedError, RuntimeError):
         devices = []
     return {

@@ -64,7 +64,9 @@ class EvalResult:
             **self.scalar_metrics(),
             "per_class": {
                 name: {"precision": p, "recall": r, "f1": f, "support": s}
-                for name, p, r, f, s in zip(self.class_names, self.precision, self.recall, self.f1, self.support)
+                for name, p, r, f, s in zip(
+                    self.class_names, self.precision, self.recall, self.f1, self.support
+                )
             },
         }
 
@@ -93,24 +95,43 @@ def score(labels, probabilities, class_names) -> EvalResult:
     if probabilities.ndim != 2 or probabilities.shape != (n, k):
         raise DataError(f"model output has shape {probabilities.shape}; expected ({n}, {k}) for {k} classes")
     if n and (labels.min() < 0 or labels.max() >= k):
-        raise DataError(f"test labels span {labels.min()}..{labels.max()}, outside the {k} classes of the manifest")
+        raise DataError(
+            f"test labels span {labels.min()}..{labels.max()}, outside the {k} classes of the manifest"
+        )
     predictions = probabilities.argmax(axis=1) if n else np.zeros(0, dtype=np.int64)
     classes = list(range(k))
-    confusion = confusion_matrix(labels, predictions, labels=classes) if n else np.zeros((k, k), dtype=np.int64)
+    confusion = (
+        confusion_matrix(labels, predictions, labels=classes) if n else np.zeros((k, k), dtype=np.int64)
+    )
     precision, recall, f1, support = (
         precision_recall_fscore_support(labels, predictions, labels=classes, zero_division=0)
-        if n else (np.zeros(k),) * 3 + (np.zeros(k, dtype=np.int64),)
+        if n
+        else (np.zeros(k),) * 3 + (np.zeros(k, dtype=np.int64),)
     )
     clipped = np.clip(probabilities, EPSILON, 1.0)
-    loss = float(log_loss(labels, clipped / clipped.sum(axis=1, keepdims=True), labels=classes)) if n else float("nan")
+    loss = (
+        float(log_loss(labels, clipped / clipped.sum(axis=1, keepdims=True), labels=classes))
+        if n
+        else float("nan")
+    )
     accuracy = float(np.trace(confusion) / n) if n else float("nan")
     roc_auc = binary_roc_auc(labels == 1, probabilities[:, 1]) if k == 2 and n else None
     return EvalResult(
-        class_names=list(class_names), num_examples=int(n), accuracy=accuracy, loss=loss,
-        precision=precision.tolist(), recall=recall.tolist(), f1=f1.tolist(), support=np.asarray(support).astype(int).tolist(),
-        macro_precision=float(precision.mean()) if k else 0.0, macro_recall=float(recall.mean()) if k else 0.0,
-        macro_f1=float(f1.mean()) if k else 0.0, confusion=confusion, roc_auc=roc_auc,
-        labels=labels, predictions=predictions,
+        class_names=list(class_names),
+        num_examples=int(n),
+        accuracy=accuracy,
+        loss=loss,
+        precision=precision.tolist(),
+        recall=recall.tolist(),
+        f1=f1.tolist(),
+        support=np.asarray(support).astype(int).tolist(),
+        macro_precision=float(precision.mean()) if k else 0.0,
+        macro_recall=float(recall.mean()) if k else 0.0,
+        macro_f1=float(f1.mean()) if k else 0.0,
+        confusion=confusion,
+        roc_auc=roc_auc,
+        labels=labels,
+        predictions=predictions,
     )
 
 
@@ -121,10 +142,14 @@ def _serving_fn(saved_model_dir: Path):
     import tensorflow as tf
 
     if not (saved_model_dir / "saved_model.pb").is_file():
-        raise DataError(f"{saved_model_dir}: no SavedModel found (saved_model.pb missing); run the train stage first")
+        raise DataError(
+            f"{saved_model_dir}: no SavedModel found (saved_model.pb missing); run the train stage first"
+        )
     loaded = tf.saved_model.load(str(saved_model_dir))
     if "serving_default" not in loaded.signatures:
-        raise DataError(f"{saved_model_dir}: SavedModel has no 'serving_default' signature (has {sorted(loaded.signatures)})")
+        raise DataError(
+            f"{saved_model_dir}: SavedModel has no 'serving_default' signature (has {sorted(loaded.signatures)})"
+        )
     fn = loaded.signatures["serving_default"]
     _, kwargs = fn.structured_input_signature
     if len(kwargs) != 1:
@@ -134,7 +159,9 @@ def _serving_fn(saved_model_dir: Path):
     output = "probabilities" if "probabilities" in outputs else None
     if output is None:
         if len(outputs) != 1:
-            raise DataError(f"{saved_model_dir}: serving_default has no 'probabilities' output (has {sorted(outputs)})")
+            raise DataError(
+                f"{saved_model_dir}: serving_default has no 'probabilities' output (has {sorted(outputs)})"
+            )
         (output,) = outputs
     return loaded, fn, input_name, output
 
@@ -147,7 +174,9 @@ def evaluate(saved_model_dir, prepared_dir, *, batch_size: int = 256) -> EvalRes
     manifest = data.load_manifest(prepared_dir)
     class_names = manifest["class_names"]
     loaded, fn, input_name, output = _serving_fn(saved_model_dir)  # keep `loaded` alive while fn runs
-    dataset = data.make_dataset(prepared_dir, TEST_SPLIT, batch_size=batch_size, training=False, seed=0, cache=False)
+    dataset = data.make_dataset(
+        prepared_dir, TEST_SPLIT, batch_size=batch_size, training=False, seed=0, cache=False
+    )
     labels, probabilities = [], []
     for features, batch_labels in dataset:
         probabilities.append(fn(**{input_name: features})[output].numpy())
@@ -180,7 +209,9 @@ def write_confusion_csv(result: EvalResult, path) -> None:
     with files.atomic_open(path, newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["actual", "predicted"])
-        writer.writerows((names[a], names[p]) for a, p in zip(result.labels.tolist(), result.predictions.tolist()))
+        writer.writerows(
+            (names[a], names[p]) for a, p in zip(result.labels.tolist(), result.predictions.tolist())
+        )
 
 
 def write_confusion_png(result: EvalResult, path) -> None:

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from tfpipe.hooks import Hook
+from tfpipe.profiling import PROFILE_SUBDIR, ProfilerHook  # noqa: F401 - PROFILE_SUBDIR: the log layout
 
 log = logging.getLogger(__name__)
 
 TRAIN_DIR = "train"
 VALIDATION_DIR = "validation"
-PROFILE_SUBDIR = "plugins/profile"
 
 # loop metric name -> TensorBoard tag (train writer)
 STEP_TAGS = {
@@ -62,7 +62,9 @@ def parse_profile_steps(value: Optional[str], key: str = "train.profile_steps") 
     if not match:
         from tfpipe.errors import ConfigError
 
-        raise ConfigError(f"{key}={value!r}: expected 'FIRST-LAST' global steps, e.g. '10-20' (or null: no profiling)")
+        raise ConfigError(
+            f"{key}={value!r}: expected 'FIRST-LAST' global steps, e.g. '10-20' (or null: no profiling)"
+        )
     first, last = int(match.group(1)), int(match.group(2))
     if not 1 <= first <= last:
         from tfpipe.errors import ConfigError
@@ -77,9 +79,17 @@ def log_dir_for(train_cfg, output_dir) -> Path:
     return Path(output_dir) / train_cfg.tensorboard_dir
 
 
-def build_hooks(log_dir, *, model=None, optimizer=None, tensorboard: bool = True, chief: bool = True,
-                histogram_every_epochs: int = 1, profile_steps: Optional[Tuple[int, int]] = None,
-                log_device_placement: bool = False) -> List[Hook]:
+def build_hooks(
+    log_dir,
+    *,
+    model=None,
+    optimizer=None,
+    tensorboard: bool = True,
+    chief: bool = True,
+    histogram_every_epochs: int = 1,
+    profile_steps: Optional[Tuple[int, int]] = None,
+    log_device_placement: bool = False,
+) -> List[Hook]:
     """The monitoring hooks for what is switched on; summaries and traces are written by the chief only."""
     hooks: List[Hook] = []
     if log_device_placement:
@@ -163,7 +173,9 @@ class TensorBoardHook(Hook):
             self._writers[name] = tf.summary.create_file_writer(str(self.log_dir / name))
         return self._writers[name]
 
-    def _scalars(self, writer_name: str, values: Mapping[str, float], tags: Mapping[str, str], step: int) -> None:
+    def _scalars(
+        self, writer_name: str, values: Mapping[str, float], tags: Mapping[str, str], step: int
+    ) -> None:
         import math
 
         import tensorflow as tf
@@ -187,7 +199,11 @@ class TensorBoardHook(Hook):
                 name = getattr(variable, "path", None) or variable.name
                 try:
                     values = keras.ops.convert_to_numpy(variable)
-                except (TypeError, ValueError, tf.errors.OpError) as exc:  # e.g. a remote variable not readable
+                except (
+                    TypeError,
+                    ValueError,
+                    tf.errors.OpError,
+                ) as exc:  # e.g. a remote variable not readable
                     log.warning("TensorBoard: no histogram for %s (%s)", name, str(exc).splitlines()[0])
                     continue
                 tf.summary.histogram(name, values)
@@ -203,7 +219,9 @@ class TensorBoardHook(Hook):
             with self._writer(TRAIN_DIR).as_default(step=0):
                 tf.summary.graph(graph)
         except (AttributeError, TypeError, ValueError) as exc:  # a subclassed model without inputs
-            log.warning("TensorBoard: model graph not written (%s)", str(exc).splitlines()[0] if str(exc) else exc)
+            log.warning(
+                "TensorBoard: model graph not written (%s)", str(exc).splitlines()[0] if str(exc) else exc
+            )
 
     def _loss_scale(self) -> Optional[float]:
         scale = getattr(self.optimizer, "dynamic_scale", None)
@@ -212,84 +230,3 @@ class TensorBoardHook(Hook):
         import keras
 
         return float(keras.ops.convert_to_numpy(scale))
-
-
-
-class ProfilerHook(Hook):
-    """Traces global steps FIRST-LAST (1-based, inclusive) into log_dir/plugins/profile/<timestamp>/."""
-
-    def __init__(self, log_dir, profile_steps: Tuple[int, int]):
-        self.log_dir = Path(log_dir)
-        self.profile_steps = profile_steps
-        self._profiling = False
-        self._profiled = False
-        self._trace = None
-
-    @property
-    def profile_dir(self) -> Path:
-        return self.log_dir / PROFILE_SUBDIR
-
-    def on_train_begin(self, step: int) -> None:
-        """Start now if the range begins with the next step (or a resumed run starts inside it)."""
-        if self.profile_steps[0] - 1 <= step < self.profile_steps[1]:
-            self._start_profiler(step + 1)
-
-    def on_steps_end(self, step: int) -> None:
-        self._profile_transition(step)
-
-    def on_epoch_end(self, epoch: int, row: Dict[str, float]) -> None:
-        self._end_step_trace()  # validation and checkpointing are not a training step
-
-    def on_train_end(self) -> None:
-        """Stop a profiler still running (range past the last step)."""
-        self._stop_profiler()
-
-    def _profile_transition(self, step: int) -> None:
-        first, last = self.profile_steps
-        if self._profiling:
-            self._end_step_trace()
-            if step >= last:
-                self._stop_profiler()
-            else:
-                self._begin_step_trace(step + 1)
-        elif step == first - 1 and not self._profiled:
-            self._start_profiler(step + 1)
-
-    def _start_profiler(self, next_step: int) -> None:
-        import tensorflow as tf
-
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        try:  # a run that failed in this process may have left a session open
-            tf.profiler.experimental.stop()
-        except Exception:  # noqa: BLE001 - "no profiler running" is the normal case
-            pass
-        options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0,
-                                                           device_tracer_level=1)
-        tf.profiler.experimental.start(str(self.log_dir), options=options)
-        self._profiling = True
-        self._profiled = True
-        log.info("profiler: tracing steps %d-%d into %s", next_step, self.profile_steps[1], self.profile_dir)
-        self._begin_step_trace(next_step)
-
-    def _stop_profiler(self) -> None:
-        self._end_step_trace()
-        if not self._profiling:
-            return
-        import tensorflow as tf
-
-        tf.profiler.experimental.stop()
-        self._profiling = False
-        log.info("profiler: trace saved under %s", self.profile_dir)
-
-    def _begin_step_trace(self, step: int) -> None:
-        """A step marker from the end of the previous step to the end of this one (input + compute),
-        which the profiler's overview and input-pipeline pages need."""
-        import tensorflow as tf
-
-        self._trace = tf.profiler.experimental.Trace("train", step_num=int(step), _r=1)
-        self._trace.__enter__()
-
-    def _end_step_trace(self) -> None:
-        if self._trace is not None:
-            self._trace.__exit__(None, None, None)
-            self._trace = None

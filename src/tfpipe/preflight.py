@@ -22,7 +22,7 @@ import glob
 import os
 from pathlib import Path
 
-from tfpipe.config import DEVICE_RE, MULTI_PROCESS_STRATEGIES, Config
+from tfpipe.config import DEVICE_RE, Config
 from tfpipe.errors import ConfigError, UserError
 
 TRAIN_STAGES = ("train", "run_all")
@@ -54,7 +54,9 @@ def check_tf_config(cfg: Config, environ) -> None:
         spec = cluster.parse_tf_config(text)
     except UserError as exc:  # name the value too
         shown = text if len(text) <= 120 else text[:117] + "..."
-        raise UserError(str(exc).replace(f"{cluster.TF_CONFIG}:", f"{cluster.TF_CONFIG}={shown!r}:", 1)) from None
+        raise UserError(
+            str(exc).replace(f"{cluster.TF_CONFIG}:", f"{cluster.TF_CONFIG}={shown!r}:", 1)
+        ) from None
     jobs = sorted(spec["cluster"])
     name = cfg.strategy.name
     if name == "multi_worker_mirrored":
@@ -130,7 +132,9 @@ def check_devices(cfg: Config) -> None:
                     f"{key}={value!r}: no such device; this host has {gpus} GPU(s){why}; allowed: {allowed}"
                 )
         if kind == "tpu":
-            raise ConfigError(f"{key}={value!r}: TPUs are used through strategy=tpu; allowed here: /cpu:N, /gpu:N")
+            raise ConfigError(
+                f"{key}={value!r}: TPUs are used through strategy=tpu; allowed here: /cpu:N, /gpu:N"
+            )
 
 
 def local_tpu_present(environ=None) -> bool:

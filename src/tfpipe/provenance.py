@@ -59,7 +59,11 @@ def collect(project_root: str | os.PathLike) -> dict:
 def _git(root: Path, *args: str) -> Optional[str]:
     try:
         proc = subprocess.run(
-            ["git", *args], cwd=root, capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
+            ["git", *args],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
             env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"},
         )
     except (OSError, subprocess.SubprocessError):

@@ -72,8 +72,17 @@ def run_train(cfg: Config, root: Path):
     return result
 
 
-def _log_training(run, cfg: Config, result, workdir: WorkDir, root: Path, prepared: Path, manifest: dict,
-                  digest: str, prov: dict) -> None:
+def _log_training(
+    run,
+    cfg: Config,
+    result,
+    workdir: WorkDir,
+    root: Path,
+    prepared: Path,
+    manifest: dict,
+    digest: str,
+    prov: dict,
+) -> None:
     """The chief's record of a finished training: tags, final metrics, reports, checkpoint, model."""
     from tfpipe import cluster, provenance, tracking
 
@@ -178,7 +187,9 @@ def _rooted(cfg: Config, root: Path) -> Config:
     def rooted(p):
         return p if p is None or os.path.isabs(p) else str(root / p)
 
-    data_cfg = dataclasses.replace(cfg.data, path=rooted(cfg.data.path), output_dir=rooted(cfg.data.output_dir))
+    data_cfg = dataclasses.replace(
+        cfg.data, path=rooted(cfg.data.path), output_dir=rooted(cfg.data.output_dir)
+    )
     return dataclasses.replace(cfg, data=data_cfg)
 
 

@@ -5,6 +5,7 @@ manifest's choice, so a model always sees text cut the way its vocabulary was.""
 from __future__ import annotations
 
 from tfpipe.choices import STANDARDIZERS  # noqa: E402,F401 - the names live in choices
+
 DEFAULT = "strip_punctuation"
 
 # Marks that become tokens of their own under split_punctuation (sentiment cues: "!", "?", quotes...).

@@ -73,10 +73,14 @@ class WorkDir:
 
     def mark_started(self, fingerprint: str, run_id: str) -> None:
         files.write_text(self.checkpoint_dir / FINGERPRINT_FILE, fingerprint + "\n")
-        files.write_text(self.checkpoint_dir / RUN_ID_FILE, f"{run_id}\n")  # a resumed training continues this run
+        files.write_text(
+            self.checkpoint_dir / RUN_ID_FILE, f"{run_id}\n"
+        )  # a resumed training continues this run
 
     def mark_complete(self, fingerprint: str, weights_sha256: Optional[str]) -> None:
-        files.write_json(self.path / TRAINING_STATE, {"fingerprint": fingerprint, "complete": True}, sort_keys=True)
+        files.write_json(
+            self.path / TRAINING_STATE, {"fingerprint": fingerprint, "complete": True}, sort_keys=True
+        )
         if weights_sha256:
             files.write_text(self.path / WEIGHTS_FILE, weights_sha256 + "\n")
 

@@ -10,11 +10,42 @@ item is an `Item(name, status, recorded, present, detail)` with status "match", 
 """
 
 from tfpipe.audit.checks import check
-from tfpipe.audit.common import (DIFFERS, DIFFERS_VERDICT, ENV_TAGS, MATCH, NA, REPRODUCED, TIMING_MARKERS,
-                                 WITHIN_TOLERANCE, Item, format_table, ok, tracking_uri_for)
+from tfpipe.audit.common import (
+    DIFFERS,
+    DIFFERS_VERDICT,
+    ENV_TAGS,
+    MATCH,
+    NA,
+    REPRODUCED,
+    TIMING_MARKERS,
+    WITHIN_TOLERANCE,
+    Item,
+    format_table,
+    ok,
+    tracking_uri_for,
+)
 from tfpipe.audit.compare import compare, compare_runs, format_compare
 from tfpipe.audit.rerun import RerunResult, format_rerun, judge, rerun
 
-__all__ = ["DIFFERS", "DIFFERS_VERDICT", "ENV_TAGS", "MATCH", "NA", "REPRODUCED", "TIMING_MARKERS", "WITHIN_TOLERANCE",
-           "Item", "RerunResult", "check", "compare", "compare_runs", "format_compare", "format_rerun", "format_table",
-           "judge", "ok", "rerun", "tracking_uri_for"]
+__all__ = [
+    "DIFFERS",
+    "DIFFERS_VERDICT",
+    "ENV_TAGS",
+    "MATCH",
+    "NA",
+    "REPRODUCED",
+    "TIMING_MARKERS",
+    "WITHIN_TOLERANCE",
+    "Item",
+    "RerunResult",
+    "check",
+    "compare",
+    "compare_runs",
+    "format_compare",
+    "format_rerun",
+    "format_table",
+    "judge",
+    "ok",
+    "rerun",
+    "tracking_uri_for",
+]

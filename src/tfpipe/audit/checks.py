@@ -6,11 +6,29 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from tfpipe.audit.common import (DIFFERS, ENV_TAGS, MATCH, NA, Item, UserError, _git, _load, _relative_dict, _rooted_dict,
-                                 _short, tracking_uri_for)
+from tfpipe.audit.common import (
+    DIFFERS,
+    ENV_TAGS,
+    MATCH,
+    NA,
+    Item,
+    UserError,
+    _git,
+    _load,
+    _rooted_dict,
+    _short,
+    tracking_uri_for,
+)
 
-def check(run_id: str, root, uri: Optional[str] = None, *, present_environment: Optional[dict] = None,
-          run: Optional[dict] = None) -> list:
+
+def check(
+    run_id: str,
+    root,
+    uri: Optional[str] = None,
+    *,
+    present_environment: Optional[dict] = None,
+    run: Optional[dict] = None,
+) -> list:
     """Compare what run `run_id` recorded with the project at `root` now. `present_environment`
     defaults to `provenance.environment()` (pass another to audit against a different machine)."""
     from tfpipe import provenance
@@ -32,8 +50,11 @@ BOOKKEEPING = ("dvc.lock", ".gitignore")
 def _code_diff(diff: str) -> str:
     """`git diff` text without the sections of DVC bookkeeping files."""
     sections = re.split(r"(?m)^(?=diff --git )", diff)
-    keep = [sec for sec in sections
-            if not (sec.startswith("diff --git ") and sec.split("\n", 1)[0].rsplit("/", 1)[-1] in BOOKKEEPING)]
+    keep = [
+        sec
+        for sec in sections
+        if not (sec.startswith("diff --git ") and sec.split("\n", 1)[0].rsplit("/", 1)[-1] in BOOKKEEPING)
+    ]
     return "".join(keep)
 
 
@@ -48,11 +69,22 @@ def _check_code(run: dict, root: Path) -> Item:
     recorded_diff = _code_diff(run.get("git_diff") or "")
     dirty = run["tags"].get("git.dirty") in ("true", "True")
     if diff == recorded_diff or (not dirty and not diff.strip()):
-        return Item("code", MATCH, commit[:12], head[:12], "tracked files equal the recorded code"
-                    + (" (incl. the recorded uncommitted diff)" if dirty else ""))
+        return Item(
+            "code",
+            MATCH,
+            commit[:12],
+            head[:12],
+            "tracked files equal the recorded code"
+            + (" (incl. the recorded uncommitted diff)" if dirty else ""),
+        )
     files = sorted({line[6:] for line in diff.splitlines() if line.startswith("+++ b/")})
-    return Item("code", DIFFERS, commit[:12], head[:12],
-                f"tracked files differ from the recorded code: {', '.join(files[:5]) or 'see git diff'}")
+    return Item(
+        "code",
+        DIFFERS,
+        commit[:12],
+        head[:12],
+        f"tracked files differ from the recorded code: {', '.join(files[:5]) or 'see git diff'}",
+    )
 
 
 def _current_cfg(root: Path):
@@ -88,17 +120,32 @@ def _check_data(run: dict, root: Path) -> list:
             items.append(Item("data.manifest", DIFFERS, digest[:12], "", str(exc)))
         else:
             if now == digest:
-                items.append(Item("data.manifest", MATCH, digest[:12], now[:12], "manifest and every shard sha256 equal"))
+                items.append(
+                    Item(
+                        "data.manifest", MATCH, digest[:12], now[:12], "manifest and every shard sha256 equal"
+                    )
+                )
             else:
-                items.append(Item("data.manifest", DIFFERS, digest[:12], now[:12], f"{out_dir}: manifest digest differs"))
+                items.append(
+                    Item(
+                        "data.manifest", DIFFERS, digest[:12], now[:12], f"{out_dir}: manifest digest differs"
+                    )
+                )
     present = provenance.dvc_lock_info(root)["stages"]
-    recorded = {k[len("dvc.lock."):]: v for k, v in run["tags"].items() if k.startswith("dvc.lock.")}
+    recorded = {k[len("dvc.lock.") :]: v for k, v in run["tags"].items() if k.startswith("dvc.lock.")}
     for stage in ("prepare",):  # the data stage; train/evaluate lock entries are the run's own outputs
         if stage not in recorded and stage not in present:
             continue
         a, b = recorded.get(stage), present.get(stage)
-        items.append(Item(f"dvc.lock.{stage}", MATCH if a == b else DIFFERS, _short(a, 12), _short(b, 12),
-                          "DVC's recorded deps/outs of the data stage " + ("equal" if a == b else "differ")))
+        items.append(
+            Item(
+                f"dvc.lock.{stage}",
+                MATCH if a == b else DIFFERS,
+                _short(a, 12),
+                _short(b, 12),
+                "DVC's recorded deps/outs of the data stage " + ("equal" if a == b else "differ"),
+            )
+        )
     return items
 
 
@@ -117,7 +164,13 @@ def _check_config(run: dict, root: Path) -> Item:
     if not changed:
         return Item("config", MATCH, "resolved.yaml", "params.yaml", f"{len(a)} values equal")
     detail = "; ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in changed[:4])
-    return Item("config", DIFFERS, "resolved.yaml", "params.yaml", detail + (f" (+{len(changed) - 4} more)" if len(changed) > 4 else ""))
+    return Item(
+        "config",
+        DIFFERS,
+        "resolved.yaml",
+        "params.yaml",
+        detail + (f" (+{len(changed) - 4} more)" if len(changed) > 4 else ""),
+    )
 
 
 def _check_environment(run: dict, env: dict) -> list:
@@ -126,27 +179,52 @@ def _check_environment(run: dict, env: dict) -> list:
     items = []
     pairs = [("python", tags.get("python_version"), env.get("python"))]
     pairs += [(pkg, tags.get(tag), packages.get(pkg)) for tag, pkg in ENV_TAGS.items()]
-    recorded_numpy = (((run.get("provenance") or {}).get("environment") or {}).get("packages") or {}).get("numpy")
+    recorded_numpy = (((run.get("provenance") or {}).get("environment") or {}).get("packages") or {}).get(
+        "numpy"
+    )
     pairs.append(("numpy", recorded_numpy, packages.get("numpy")))
     for name, a, b in pairs:
         if a is None:
             continue
-        items.append(Item(f"env.{name}", MATCH if str(a) == str(b) else DIFFERS, str(a), str(b),
-                          "" if str(a) == str(b) else "package version differs"))
+        items.append(
+            Item(
+                f"env.{name}",
+                MATCH if str(a) == str(b) else DIFFERS,
+                str(a),
+                str(b),
+                "" if str(a) == str(b) else "package version differs",
+            )
+        )
     if run.get("pip_freeze"):
         from tfpipe import provenance
 
         old = dict(line.split("==", 1) for line in run["pip_freeze"].splitlines() if "==" in line)
         new = env.get("pip_freeze")
-        new = dict(line.split("==", 1) for line in (new or provenance.pip_freeze()).splitlines() if "==" in line)
+        new = dict(
+            line.split("==", 1) for line in (new or provenance.pip_freeze()).splitlines() if "==" in line
+        )
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         detail = ", ".join(f"{k} {old.get(k, '-')} -> {new.get(k, '-')}" for k in changed[:5])
-        items.append(Item("env.all_packages", DIFFERS if changed else MATCH, f"{len(old)} pinned", f"{len(new)} installed",
-                          detail + (f" (+{len(changed) - 5} more)" if len(changed) > 5 else "")))
+        items.append(
+            Item(
+                "env.all_packages",
+                DIFFERS if changed else MATCH,
+                f"{len(old)} pinned",
+                f"{len(new)} installed",
+                detail + (f" (+{len(changed) - 5} more)" if len(changed) > 5 else ""),
+            )
+        )
     if tags.get("cpu"):
         same = tags["cpu"] == str(env.get("cpu"))
-        items.append(Item("env.cpu", MATCH if same else DIFFERS, tags["cpu"], str(env.get("cpu")),
-                          "" if same else "another CPU model: expect WITHIN TOLERANCE, not bit-identical"))
+        items.append(
+            Item(
+                "env.cpu",
+                MATCH if same else DIFFERS,
+                tags["cpu"],
+                str(env.get("cpu")),
+                "" if same else "another CPU model: expect WITHIN TOLERANCE, not bit-identical",
+            )
+        )
     return items
 
 

@@ -16,8 +16,14 @@ REPRODUCED, WITHIN_TOLERANCE, DIFFERS_VERDICT = "REPRODUCED", "WITHIN TOLERANCE"
 # Wall-clock metrics differ on every run; they are never compared.
 TIMING_MARKERS = ("seconds", "per_sec")
 # environment: tag on the run -> key of provenance.package_versions()
-ENV_TAGS = {"tf_version": "tensorflow", "keras_version": "keras", "mlflow_version": "mlflow",
-            "dvc_version": "dvc", "tfds_version": "tensorflow_datasets", "hydra_version": "hydra"}
+ENV_TAGS = {
+    "tf_version": "tensorflow",
+    "keras_version": "keras",
+    "mlflow_version": "mlflow",
+    "dvc_version": "dvc",
+    "tfds_version": "tensorflow_datasets",
+    "hydra_version": "hydra",
+}
 
 
 @dataclasses.dataclass
@@ -42,9 +48,12 @@ def format_table(items) -> str:
     rows = [("item", "status", "recorded", "present", "detail")]
     rows += [(i.name, i.status, _short(i.recorded, 24), _short(i.present, 24), i.detail) for i in items]
     widths = [max(len(r[c]) for r in rows) for c in range(4)]
-    return "\n".join(
-        "  ".join(r[c].ljust(widths[c]) for c in range(4)) + ("  " + r[4] if r[4] else "") for r in rows
-    ).rstrip() + "\n"
+    return (
+        "\n".join(
+            "  ".join(r[c].ljust(widths[c]) for c in range(4)) + ("  " + r[4] if r[4] else "") for r in rows
+        ).rstrip()
+        + "\n"
+    )
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -63,8 +72,14 @@ def tracking_uri_for(root: Path, uri: Optional[str] = None) -> str:
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"})
+    return subprocess.run(
+        ["git", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"},
+    )
 
 
 def _rooted_dict(cfg_dict: dict, root: Path) -> dict:

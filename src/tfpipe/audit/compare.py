@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tfpipe.audit.common import ENV_TAGS, TIMING_MARKERS, _load, _short
 
+
 def _comparable_metrics(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if not any(m in k for m in TIMING_MARKERS)}
 
@@ -14,9 +15,12 @@ def compare_runs(a: dict, b: dict) -> list:
     for key in sorted(set(a["params"]) | set(b["params"])):
         if a["params"].get(key) != b["params"].get(key):
             rows.append(("config", key, a["params"].get(key), b["params"].get(key)))
-    sections = (("code", ("git.",)), ("data", ("data.", "dvc.lock.")),
-                ("environment", ("python_version", *ENV_TAGS, "cpu", "platform", "num_cpus", "gpus")),
-                ("training", ("strategy", "replicas", "device", "precision", "determinism.", "weights.sha256")))
+    sections = (
+        ("code", ("git.",)),
+        ("data", ("data.", "dvc.lock.")),
+        ("environment", ("python_version", *ENV_TAGS, "cpu", "platform", "num_cpus", "gpus")),
+        ("training", ("strategy", "replicas", "device", "precision", "determinism.", "weights.sha256")),
+    )
     for section, prefixes in sections:
         keys = {k for k in set(a["tags"]) | set(b["tags"]) if k.startswith(prefixes)}
         for key in sorted(keys):

@@ -13,9 +13,20 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from tfpipe.audit.common import (DIFFERS_VERDICT, ENV_TAGS, REPRODUCED, WITHIN_TOLERANCE, UserError, _git, _load,
-                                 _relative_dict, _short, tracking_uri_for)
+from tfpipe.audit.common import (
+    DIFFERS_VERDICT,
+    ENV_TAGS,
+    REPRODUCED,
+    WITHIN_TOLERANCE,
+    UserError,
+    _git,
+    _load,
+    _relative_dict,
+    _short,
+    tracking_uri_for,
+)
 from tfpipe.audit.compare import _comparable_metrics
+
 
 @dataclasses.dataclass
 class RerunResult:
@@ -111,11 +122,18 @@ def _run_stages(wt: Path, store: str, log) -> None:
     from tfpipe.tracking.redact import environ_snapshot
 
     env = {k: v for k, v in environ_snapshot().items() if not k.startswith(("MLFLOW_", "DVC_"))}
-    env.update(MLFLOW_TRACKING_URI=store, PYTHONPATH=os.pathsep.join([str(wt / "src"), env.get("PYTHONPATH", "")]),
-               DVC_NO_ANALYTICS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    env.update(
+        MLFLOW_TRACKING_URI=store,
+        PYTHONPATH=os.pathsep.join([str(wt / "src"), env.get("PYTHONPATH", "")]),
+        DVC_NO_ANALYTICS="1",
+        TF_CPP_MIN_LOG_LEVEL="2",
+    )
     dvc = [sys.executable, "-m", "dvc", "repro"]
-    for step, cmd in (("prepare (restored from the DVC cache when present)", [*dvc, "prepare"]),
-                      ("train", [*dvc, "-f", "-s", "train"]), ("evaluate", [*dvc, "-f", "-s", "evaluate"])):
+    for step, cmd in (
+        ("prepare (restored from the DVC cache when present)", [*dvc, "prepare"]),
+        ("train", [*dvc, "-f", "-s", "train"]),
+        ("evaluate", [*dvc, "-f", "-s", "evaluate"]),
+    ):
         log(f"rerun: {step} ...")
         proc = subprocess.run(cmd, cwd=wt, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -126,16 +144,24 @@ def _run_stages(wt: Path, store: str, log) -> None:
 def _report(run_id: str, run: dict, new: dict, verdict: str, diffs: list, n: int, tolerance: float) -> dict:
     now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
     return {
-        "run_id": run_id, "verdict": verdict, "time": now, "commit": run["tags"]["git.commit"], "tolerance": tolerance,
-        "weights_sha256": {"recorded": run["tags"].get("weights.sha256"), "rerun": new["tags"].get("weights.sha256")},
+        "run_id": run_id,
+        "verdict": verdict,
+        "time": now,
+        "commit": run["tags"]["git.commit"],
+        "tolerance": tolerance,
+        "weights_sha256": {
+            "recorded": run["tags"].get("weights.sha256"),
+            "rerun": new["tags"].get("weights.sha256"),
+        },
         "metrics_compared": n,
         "differences": [{"metric": k, "recorded": a, "rerun": b, "abs_diff": d} for k, a, b, d in diffs],
         "rerun_environment": {k: new["tags"].get(k) for k in ("python_version", *ENV_TAGS, "cpu")},
     }
 
 
-def rerun(run_id: str, root, uri: Optional[str] = None, *, tolerance: float = 0.0, keep: bool = False,
-          log=print) -> RerunResult:
+def rerun(
+    run_id: str, root, uri: Optional[str] = None, *, tolerance: float = 0.0, keep: bool = False, log=print
+) -> RerunResult:
     """Re-create run `run_id` in a temporary git worktree at its commit and compare the outcome."""
     from tfpipe.tracking import reading
 
@@ -149,7 +175,9 @@ def rerun(run_id: str, root, uri: Optional[str] = None, *, tolerance: float = 0.
         store = f"sqlite:///{tmp / 'mlflow.db'}"
         _run_stages(wt, store, log)
         cfg = run["config"]
-        new_id = json.loads((wt / (cfg.get("tracking") or {}).get("run_file", "run.json")).read_text())["run_id"]
+        new_id = json.loads((wt / (cfg.get("tracking") or {}).get("run_file", "run.json")).read_text())[
+            "run_id"
+        ]
         new = reading.load_run(store, new_id)
     finally:
         _git(root, "worktree", "remove", "--force", str(wt))
@@ -158,15 +186,29 @@ def rerun(run_id: str, root, uri: Optional[str] = None, *, tolerance: float = 0.
     verdict, diffs, n = judge(run, new, tolerance)
     report = _report(run_id, run, new, verdict, diffs, n, tolerance)
     now = report["time"]
-    reading.record_audit(uri, run_id, {"audit.verdict": verdict, "audit.time": now},
-                         report, f"rerun-{now.replace(':', '')}.json")
-    return RerunResult(verdict, run["tags"].get("weights.sha256"), new["tags"].get("weights.sha256"), diffs, n,
-                       new_id, report)
+    reading.record_audit(
+        uri,
+        run_id,
+        {"audit.verdict": verdict, "audit.time": now},
+        report,
+        f"rerun-{now.replace(':', '')}.json",
+    )
+    return RerunResult(
+        verdict,
+        run["tags"].get("weights.sha256"),
+        new["tags"].get("weights.sha256"),
+        diffs,
+        n,
+        new_id,
+        report,
+    )
 
 
 def format_rerun(result: RerunResult) -> str:
-    lines = [f"weights.sha256  recorded {_short(result.weights_recorded, 16)}  rerun {_short(result.weights_rerun, 16)}",
-             f"metrics compared: {result.compared_metrics} (timing metrics excluded)"]
+    lines = [
+        f"weights.sha256  recorded {_short(result.weights_recorded, 16)}  rerun {_short(result.weights_rerun, 16)}",
+        f"metrics compared: {result.compared_metrics} (timing metrics excluded)",
+    ]
     for key, a, b, d in result.differences:
         lines.append(f"  {key}: recorded {a!r}, rerun {b!r} (|diff| {d:.3g})")
     lines.append(result.verdict)

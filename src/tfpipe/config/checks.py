@@ -23,7 +23,9 @@ def did_you_mean(value: Any, allowed, prefix: str = "", suffix: str = "") -> str
 
 def choice(key: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:
-        raise ConfigError(f"{key}={value!r}: not allowed{did_you_mean(value, allowed)}; allowed: {', '.join(allowed)}")
+        raise ConfigError(
+            f"{key}={value!r}: not allowed{did_you_mean(value, allowed)}; allowed: {', '.join(allowed)}"
+        )
 
 
 def positive(key: str, value: Any, allow_none: bool = False) -> None:
@@ -54,7 +56,9 @@ def tracking_uri(key: str, uri: Optional[str]) -> None:
     uri = str(uri).strip()
     if uri.startswith("databricks") or "://" not in uri:
         if uri.startswith(("sqlite:", "http:", "https:")):  # scheme without '//'
-            raise ConfigError(f"{key}={uri!r}: missing '//' after the scheme; e.g. sqlite:///mlflow.db, http://host:5000")
+            raise ConfigError(
+                f"{key}={uri!r}: missing '//' after the scheme; e.g. sqlite:///mlflow.db, http://host:5000"
+            )
         return  # a folder path (file store), file:PATH or databricks[://profile]
     scheme = uri.split("://", 1)[0].lower()
     base = scheme.split("+", 1)[0]  # postgresql+psycopg2

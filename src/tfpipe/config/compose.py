@@ -24,7 +24,9 @@ def load_params(path: str | os.PathLike = PARAMS_FILE) -> Config:
     """Read and validate a composed config file (DVC's `params.yaml`)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: config file not found (run from the project root, or compose one from conf/)")
+        raise ConfigError(
+            f"{path}: config file not found (run from the project root, or compose one from conf/)"
+        )
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
@@ -39,7 +41,9 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_dir: str | os.Pa
     return from_dict(compose_dict(overrides, config_dir), origin="conf/")
 
 
-def compose_dict(overrides: list[str] | tuple[str, ...] = (), config_dir: str | os.PathLike = CONF_DIR) -> dict:
+def compose_dict(
+    overrides: list[str] | tuple[str, ...] = (), config_dir: str | os.PathLike = CONF_DIR
+) -> dict:
     """The resolved composition as plain containers, exactly as DVC dumps it into params.yaml."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -60,7 +64,9 @@ def compose_dict(overrides: list[str] | tuple[str, ...] = (), config_dir: str | 
     return OmegaConf.to_container(cfg)
 
 
-def compose_yaml(overrides: list[str] | tuple[str, ...] = (), config_dir: str | os.PathLike = CONF_DIR) -> str:
+def compose_yaml(
+    overrides: list[str] | tuple[str, ...] = (), config_dir: str | os.PathLike = CONF_DIR
+) -> str:
     """params.yaml text for these overrides (what `dvc exp run -S` writes)."""
     from omegaconf import OmegaConf
 
@@ -77,7 +83,9 @@ def check_overrides(overrides, config_dir: str | os.PathLike = CONF_DIR) -> None
     for override in overrides:
         match = _OVERRIDE.match(override)
         if match is None or (match["value"] is None and match["prefix"] != "~"):
-            raise ConfigError(f"override {override!r}: expected KEY=VALUE (e.g. train.epochs=1), +KEY=VALUE or ~KEY")
+            raise ConfigError(
+                f"override {override!r}: expected KEY=VALUE (e.g. train.epochs=1), +KEY=VALUE or ~KEY"
+            )
         prefix, key, value = match["prefix"] or "", match["key"].strip(), match["value"]
         if key.startswith("hydra.") or key == "hydra":
             continue

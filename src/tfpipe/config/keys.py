@@ -13,7 +13,10 @@ from tfpipe.errors import ConfigError
 
 # keys people type that the schema calls otherwise: unknown key -> the key to use (and why)
 KEY_HINTS = {
-    "train.batch_size": ("train.batch_size_per_replica", "the batch is set per replica; global = per replica x replicas"),
+    "train.batch_size": (
+        "train.batch_size_per_replica",
+        "the batch is set per replica; global = per replica x replicas",
+    ),
     "train.global_batch_size": (
         "train.batch_size_per_replica",
         "the batch is set per replica; global = per replica x replicas, so it always divides evenly",
@@ -65,7 +68,9 @@ def schema_type(dotted: str) -> Optional[Any]:
         return None
     if index:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        inner = typing.get_args(args[0]) if args and typing.get_origin(args[0]) is list else typing.get_args(tp)
+        inner = (
+            typing.get_args(args[0]) if args and typing.get_origin(args[0]) is list else typing.get_args(tp)
+        )
         return inner[0] if inner else None
     return tp
 
@@ -75,7 +80,7 @@ def unknown_key(dotted: str, allowed: list, value: Any = None, typed: Optional[s
 
     `dotted` is the key up to the unknown part, `typed` the whole key as given (may go deeper)."""
     typed = typed or dotted
-    rest = typed[len(dotted):]  # '.epochs' when 'trian.epochs' was typed
+    rest = typed[len(dotted) :]  # '.epochs' when 'trian.epochs' was typed
     parent, _, leaf = dotted.rpartition(".")
     prefix = f"{parent}." if parent else ""
     hint = KEY_HINTS.get(typed) or KEY_HINTS.get(dotted)
@@ -85,4 +90,6 @@ def unknown_key(dotted: str, allowed: list, value: Any = None, typed: Optional[s
     else:
         mean = did_you_mean(leaf, allowed, prefix, rest)
     shown = f"{typed}={value}" if value not in (None, "") else typed
-    return ConfigError(f"{shown}: unknown config key{mean}; allowed keys under '{parent or '<root>'}': {', '.join(allowed)}")
+    return ConfigError(
+        f"{shown}: unknown config key{mean}; allowed keys under '{parent or '<root>'}': {', '.join(allowed)}"
+    )

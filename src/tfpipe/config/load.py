@@ -17,7 +17,15 @@ from tfpipe.config.train_schema import TrainConfig
 from tfpipe.errors import ConfigError, one_line
 
 SCHEMA_GROUP = "tfpipe_schema"
-SECTIONS = ("model", "dataset", "data", "strategy", "precision", "train", "tracking")  # the order of the checks
+SECTIONS = (
+    "model",
+    "dataset",
+    "data",
+    "strategy",
+    "precision",
+    "train",
+    "tracking",
+)  # the order of the checks
 
 
 @dataclass
@@ -151,8 +159,11 @@ def _type_error(section: str, exc) -> ConfigError:
     tp = schema_type(key)
     if value is None and "None" in str(exc):
         return ConfigError(f"{key}: must not be null; expected {_type_name(tp)}")
-    return ConfigError(f"{key}={value!r}: expected {_type_name(tp)} ({one_line(exc)})"
-                       if tp is None else f"{key}={value!r}: expected {_type_name(tp)}")
+    return ConfigError(
+        f"{key}={value!r}: expected {_type_name(tp)} ({one_line(exc)})"
+        if tp is None
+        else f"{key}={value!r}: expected {_type_name(tp)}"
+    )
 
 
 def _type_name(tp: Any) -> str:

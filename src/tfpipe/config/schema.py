@@ -30,7 +30,9 @@ class DatasetConfig:
         if self.modality == "image":
             size = self.image_size
             if not size or len(size) != 2 or min(size) <= 0:
-                raise ConfigError(f"dataset.image_size={size!r}: expected [height, width] of positive integers")
+                raise ConfigError(
+                    f"dataset.image_size={size!r}: expected [height, width] of positive integers"
+                )
             if self.channels not in (1, 3):
                 raise ConfigError(f"dataset.channels={self.channels!r}: allowed: 1, 3")
         else:
@@ -165,10 +167,14 @@ class DataConfig:
     def check(self, cfg) -> None:
         choice("data.source", self.source, choices.SOURCES)
         if self.source == "tfds" and not cfg.dataset.tfds_name:
-            raise ConfigError("dataset.tfds_name: empty; the tfds source needs the TensorFlow Datasets name (e.g. cifar10)")
+            raise ConfigError(
+                "dataset.tfds_name: empty; the tfds source needs the TensorFlow Datasets name (e.g. cifar10)"
+            )
         choice("data.on_bad_file", self.on_bad_file, choices.ON_BAD_FILE)
         if self.source == "directory" and not self.path:
-            raise ConfigError("data.path: empty; the directory source needs the folder holding the split folders")
+            raise ConfigError(
+                "data.path: empty; the directory source needs the folder holding the split folders"
+            )
         if not self.train_split or not self.test_split:
             raise ConfigError("data.train_split / data.test_split: must name a split")
         if self.validation_split is None and not 0.0 < self.validation_fraction < 1.0:
@@ -210,7 +216,9 @@ class StrategyConfig:
         for i, name in enumerate(self.devices or []):
             device(f"strategy.devices[{i}]", name)
         if self.devices and len(set(d.lower() for d in self.devices)) != len(self.devices):
-            raise ConfigError(f"strategy.devices={self.devices!r}: lists a device twice; allowed: distinct devices")
+            raise ConfigError(
+                f"strategy.devices={self.devices!r}: lists a device twice; allowed: distinct devices"
+            )
 
 
 @dataclass
@@ -263,4 +271,3 @@ def section_schemas(raw: dict) -> dict:
 
 def fields_of(cls) -> list:
     return [f.name for f in dataclasses.fields(cls)]
-

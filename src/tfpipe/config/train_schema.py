@@ -34,7 +34,9 @@ class LRScheduleConfig:
         choice("train.lr_schedule.name", self.name, choices.LR_SCHEDULES)
         non_negative("train.lr_schedule.warmup_epochs", self.warmup_epochs)
         if self.warmup_epochs > epochs:
-            raise ConfigError(f"train.lr_schedule.warmup_epochs={self.warmup_epochs!r}: must be <= train.epochs ({epochs})")
+            raise ConfigError(
+                f"train.lr_schedule.warmup_epochs={self.warmup_epochs!r}: must be <= train.epochs ({epochs})"
+            )
 
 
 @dataclass
@@ -63,14 +65,24 @@ class TrainConfig:
     lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
 
     def check(self, cfg) -> None:
-        for key in ("epochs", "batch_size_per_replica", "shuffle_buffer", "checkpoint_every_steps",
-                    "max_checkpoints_to_keep", "log_every_steps", "grad_accumulation_steps", "steps_per_execution"):
+        for key in (
+            "epochs",
+            "batch_size_per_replica",
+            "shuffle_buffer",
+            "checkpoint_every_steps",
+            "max_checkpoints_to_keep",
+            "log_every_steps",
+            "grad_accumulation_steps",
+            "steps_per_execution",
+        ):
             positive(f"train.{key}", getattr(self, key))
         positive("train.steps_per_epoch", self.steps_per_epoch, allow_none=True)
         choice("train.lr_scaling", self.lr_scaling, choices.LR_SCALINGS)
         choice("train.shard_policy", self.shard_policy, choices.SHARD_POLICIES)
         if not self.tensorboard_dir:
-            raise ConfigError("train.tensorboard_dir: empty; name the TensorBoard log folder (relative to models/<dataset>)")
+            raise ConfigError(
+                "train.tensorboard_dir: empty; name the TensorBoard log folder (relative to models/<dataset>)"
+            )
         non_negative("train.histogram_every_epochs", self.histogram_every_epochs)
         from tfpipe.monitoring import parse_profile_steps
 

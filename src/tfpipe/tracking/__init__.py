@@ -21,12 +21,25 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from tfpipe.errors import TrackingError  # noqa: E402
 from tfpipe.tracking.backend import check_reachable, resolve_tracking_uri
-from tfpipe.tracking.redact import is_secret_key, redact
 from tfpipe.tracking.opening import ParentRun, context_tags, read_run_file, resume_run, start_run
+from tfpipe.tracking.redact import is_secret_key, redact
 from tfpipe.tracking.run import NullRun, Run
 from tfpipe.tracking.tags import dvc_lock_tags, run_name, run_tags
 
 __all__ = [
-    "TrackingError", "check_reachable", "resolve_tracking_uri", "is_secret_key", "redact", "NullRun", "Run",
-    "read_run_file", "resume_run", "start_run", "ParentRun", "context_tags", "dvc_lock_tags", "run_name", "run_tags",
+    "TrackingError",
+    "check_reachable",
+    "resolve_tracking_uri",
+    "is_secret_key",
+    "redact",
+    "NullRun",
+    "Run",
+    "read_run_file",
+    "resume_run",
+    "start_run",
+    "ParentRun",
+    "context_tags",
+    "dvc_lock_tags",
+    "run_name",
+    "run_tags",
 ]

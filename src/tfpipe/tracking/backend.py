@@ -54,7 +54,7 @@ def resolve_tracking_uri(tracking_cfg, project_root) -> str:
 def _anchor(uri: str, root: Path) -> str:
     """Relative local store paths -> absolute under the project root."""
     if uri.startswith("sqlite:///"):
-        path = uri[len("sqlite:///"):]
+        path = uri[len("sqlite:///") :]
         if path and not path.startswith("/") and not path.startswith(":memory:"):
             return f"sqlite:///{root / path}"
         return uri
@@ -110,7 +110,9 @@ def check_reachable(uri: str, timeout: float = REACHABLE_TIMEOUT_S) -> None:
             return
         db = Path(path)
         if not db.parent.is_dir():
-            raise TrackingError(f"tracking URI {shown}: folder {db.parent} does not exist (create it or fix tracking.uri / MLFLOW_TRACKING_URI)")
+            raise TrackingError(
+                f"tracking URI {shown}: folder {db.parent} does not exist (create it or fix tracking.uri / MLFLOW_TRACKING_URI)"
+            )
         if db.exists() and not db.is_file():
             raise TrackingError(f"tracking URI {shown}: {db} is not a file")
         if not os.access(db if db.exists() else db.parent, os.W_OK):
@@ -124,12 +126,15 @@ def check_reachable(uri: str, timeout: float = REACHABLE_TIMEOUT_S) -> None:
     if kind in ("http", "https"):
         url = uri.rstrip("/") + "/health"
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout,
-                                        context=_tls_context()) as resp:
+            with urllib.request.urlopen(
+                urllib.request.Request(url, method="GET"), timeout=timeout, context=_tls_context()
+            ) as resp:
                 resp.read(64)
         except urllib.error.HTTPError as exc:
             if exc.code >= 500:
-                raise TrackingError(f"MLflow tracking server {shown} answered HTTP {exc.code}; is it running behind the proxy?") from None
+                raise TrackingError(
+                    f"MLflow tracking server {shown} answered HTTP {exc.code}; is it running behind the proxy?"
+                ) from None
         except (urllib.error.URLError, socket.timeout, TimeoutError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise TrackingError(
@@ -156,9 +161,13 @@ def check_credentials(uri: str, timeout: float = REACHABLE_TIMEOUT_S) -> None:
     user = os.environ.get("MLFLOW_TRACKING_USERNAME", "")
     password = os.environ.get("MLFLOW_TRACKING_PASSWORD", "")
     token = os.environ.get("MLFLOW_TRACKING_TOKEN", "")
-    request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1", method="GET")
+    request = urllib.request.Request(
+        uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1", method="GET"
+    )
     if user and password:
-        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+        request.add_header(
+            "Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        )
     elif token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -169,12 +178,18 @@ def check_credentials(uri: str, timeout: float = REACHABLE_TIMEOUT_S) -> None:
             return
         shown = redact_url(uri)
         if user and password:
-            raise TrackingError(f"MLflow tracking server {shown} refused the credentials of user {user!r} (HTTP 401); "
-                                "fix MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD") from None
+            raise TrackingError(
+                f"MLflow tracking server {shown} refused the credentials of user {user!r} (HTTP 401); "
+                "fix MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD"
+            ) from None
         if token:
-            raise TrackingError(f"MLflow tracking server {shown} refused MLFLOW_TRACKING_TOKEN (HTTP 401)") from None
-        raise TrackingError(f"MLflow tracking server {shown} requires authentication (HTTP 401); set "
-                            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD in the environment") from None
+            raise TrackingError(
+                f"MLflow tracking server {shown} refused MLFLOW_TRACKING_TOKEN (HTTP 401)"
+            ) from None
+        raise TrackingError(
+            f"MLflow tracking server {shown} requires authentication (HTTP 401); set "
+            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD in the environment"
+        ) from None
     except (urllib.error.URLError, socket.timeout, TimeoutError, OSError):
         return
 

@@ -13,8 +13,12 @@ from mlflow.data.meta_dataset import MetaDataset
 from mlflow.types import ColSpec, DataType, Schema, TensorSpec
 
 MAX_DIGEST = 36  # mlflow.utils.validation.MAX_DATASET_DIGEST_SIZE
-CONTEXT_SPLITS = {"train": ("train", "validation"), "training": ("train", "validation"), "test": ("test",),
-                  "validation": ("validation",)}
+CONTEXT_SPLITS = {
+    "train": ("train", "validation"),
+    "training": ("train", "validation"),
+    "test": ("test",),
+    "validation": ("validation",),
+}
 
 
 class ManifestDataset(MetaDataset):
@@ -38,10 +42,12 @@ def feature_schema(manifest: dict) -> Schema | None:
     spec = manifest.get("feature_spec") or {}
     if "image" in spec:
         shape = tuple(int(d) for d in spec["image"].get("shape") or ())
-        return Schema([
-            TensorSpec(np.dtype(spec["image"].get("dtype", "uint8")), (-1, *shape), "image"),
-            TensorSpec(np.dtype(spec.get("label", {}).get("dtype", "int64")), (-1,), "label"),
-        ])
+        return Schema(
+            [
+                TensorSpec(np.dtype(spec["image"].get("dtype", "uint8")), (-1, *shape), "image"),
+                TensorSpec(np.dtype(spec.get("label", {}).get("dtype", "int64")), (-1,), "label"),
+            ]
+        )
     if "text" in spec:
         return Schema([ColSpec(DataType.string, "text"), ColSpec(DataType.long, "label")])
     return None
@@ -50,7 +56,9 @@ def feature_schema(manifest: dict) -> Schema | None:
 def manifest_dataset(manifest: dict, manifest_digest: str, prepared_dir, context: str) -> ManifestDataset:
     splits = manifest.get("splits") or {}
     wanted = CONTEXT_SPLITS.get(context, tuple(splits))
-    counts = {s: int(splits[s]["num_examples"]) for s in wanted if s in splits and "num_examples" in splits[s]}
+    counts = {
+        s: int(splits[s]["num_examples"]) for s in wanted if s in splits and "num_examples" in splits[s]
+    }
     profile = {
         "num_examples": counts,
         "num_classes": manifest.get("num_classes"),
@@ -64,5 +72,10 @@ def manifest_dataset(manifest: dict, manifest_digest: str, prepared_dir, context
         warnings.simplefilter("ignore")
         source = resolve_dataset_source(str(Path(prepared_dir).resolve()))
     name = f"{manifest.get('dataset') or Path(prepared_dir).name}-{context}"
-    return ManifestDataset(source, name=name, digest=str(manifest_digest)[:MAX_DIGEST],
-                           schema=feature_schema(manifest), profile=profile)
+    return ManifestDataset(
+        source,
+        name=name,
+        digest=str(manifest_digest)[:MAX_DIGEST],
+        schema=feature_schema(manifest),
+        profile=profile,
+    )

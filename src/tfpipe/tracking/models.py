@@ -69,7 +69,9 @@ def signature_and_example(modality: str, input_example: Any, num_classes: int):
         if input_example is not None:
             example = np.asarray(input_example)
             if example.dtype != np.uint8:
-                raise TrackingError(f"log_model: image input example must be uint8 (raw pixels), got {example.dtype}")
+                raise TrackingError(
+                    f"log_model: image input example must be uint8 (raw pixels), got {example.dtype}"
+                )
             if example.ndim == 3:
                 example = example[None]
             example = example[:MAX_EXAMPLE_ROWS]
@@ -79,7 +81,9 @@ def signature_and_example(modality: str, input_example: Any, num_classes: int):
     raise TrackingError(f"log_model: modality={modality!r}; allowed: image, text")
 
 
-def log_pyfunc_model(run, saved_model_dir, *, modality: str, input_example: Any, class_names: list, name: str):
+def log_pyfunc_model(
+    run, saved_model_dir, *, modality: str, input_example: Any, class_names: list, name: str
+):
     import mlflow
     import mlflow.pyfunc
 
@@ -100,6 +104,9 @@ def log_pyfunc_model(run, saved_model_dir, *, modality: str, input_example: Any,
             signature=signature,
             input_example=example,
             pip_requirements=pip_requirements(),
-            metadata={"class_names": list(class_names), "modality": modality,
-                      "output": "float32 probabilities [N, num_classes], columns in class_names order"},
+            metadata={
+                "class_names": list(class_names),
+                "modality": modality,
+                "output": "float32 probabilities [N, num_classes], columns in class_names order",
+            },
         )

@@ -11,7 +11,6 @@ Only the chief logs: `is_chief=False` returns a `NullRun` whose methods do nothi
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -21,17 +20,19 @@ import mlflow
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
-from tfpipe import files
 from tfpipe.errors import TrackingError, one_line
 from tfpipe.tracking import backend
 from tfpipe.tracking.redact import redact, redact_url
 from tfpipe.tracking.run import NullRun, Run, reset_tracking_uri
+from tfpipe.tracking.runfile import read_run_file, write_run_file
 from tfpipe.tracking.sink import BATCH_METRICS
 from tfpipe.tracking.tags import run_name as _run_name
 
 log = logging.getLogger(__name__)
 
-HTTP_RETRIES = "2"  # MLflow's HTTP retries for this process unless the user set MLFLOW_HTTP_REQUEST_MAX_RETRIES
+HTTP_RETRIES = (
+    "2"  # MLflow's HTTP retries for this process unless the user set MLFLOW_HTTP_REQUEST_MAX_RETRIES
+)
 
 
 def _connect(cfg, project_root) -> tuple[str, MlflowClient, bool]:
@@ -54,14 +55,22 @@ def _connect(cfg, project_root) -> tuple[str, MlflowClient, bool]:
     return uri, MlflowClient(tracking_uri=uri), reset_uri
 
 
-def _start(run_id: Optional[str], *, experiment_id: Optional[str] = None, run_name: Optional[str] = None,
-           where: str, uri: str):
+def _start(
+    run_id: Optional[str],
+    *,
+    experiment_id: Optional[str] = None,
+    run_name: Optional[str] = None,
+    where: str,
+    uri: str,
+):
     active = mlflow.active_run()
     if active is not None:
         if active.info.run_id == run_id:
             mlflow.end_run()  # re-entering the same run (a previous stage's handle was not closed)
         else:
-            raise TrackingError(f"another MLflow run ({active.info.run_id}) is active in this process; end it first")
+            raise TrackingError(
+                f"another MLflow run ({active.info.run_id}) is active in this process; end it first"
+            )
     try:
         if run_id:
             return mlflow.start_run(run_id=run_id, run_name=run_name)
@@ -78,23 +87,6 @@ def _run_exists(client: MlflowClient, run_id: str) -> bool:
         return False
 
 
-def write_run_file(path, info: dict) -> None:
-    files.write_json(path, info, sort_keys=True)
-
-
-def read_run_file(path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise TrackingError(f"{path}: run file not found; run the train stage first (it records the MLflow run id there)")
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise TrackingError(f"{path}: not a readable run file ({one_line(exc)}); re-run the train stage") from None
-    if not isinstance(info, dict) or not info.get("run_id"):
-        raise TrackingError(f"{path}: has no run_id; re-run the train stage")
-    return info
-
-
 PARENT_RUN_ENV = "TFPIPE_PARENT_RUN_ID"  # set by `pipeline.sweep`: the sweep's parent run
 
 
@@ -102,16 +94,80 @@ def context_tags() -> dict:
     """Where this run sits: its sweep's parent run (MLflow nests it under the parent in the UI) and,
     inside `dvc exp run`, the DVC experiment name and baseline commit."""
     tags = {}
-    for tag, env in (("mlflow.parentRunId", PARENT_RUN_ENV), ("dvc.exp_name", "DVC_EXP_NAME"),
-                     ("dvc.exp_baseline", "DVC_EXP_BASELINE_REV")):
+    for tag, env in (
+        ("mlflow.parentRunId", PARENT_RUN_ENV),
+        ("dvc.exp_name", "DVC_EXP_NAME"),
+        ("dvc.exp_baseline", "DVC_EXP_BASELINE_REV"),
+    ):
         value = os.environ.get(env, "").strip()
         if value:
             tags[tag] = value
     return tags
 
 
-def start_run(cfg, project_root, *, stage: str = "train", is_chief: bool = True, flush_every: int = BATCH_METRICS,
-              flush_seconds: float = 15.0, resume_run_id: Optional[str] = None) -> Run:
+def _open_train_run(cfg, root: Path, client, uri: str, name: str, env_run_id, reopen_id):
+    """The fluent MLflow run of the train stage: MLFLOW_RUN_ID, the interrupted run, or a new one."""
+    try:
+        if env_run_id:
+            return _start(env_run_id, run_name=name, where="env MLFLOW_RUN_ID", uri=uri)
+        if reopen_id:
+            return _start(reopen_id, where="the interrupted training's run", uri=uri)
+        location = backend.artifact_location_for(cfg.tracking, root, uri)
+        experiment_id = backend.ensure_experiment(client, cfg.tracking.experiment_name, location)
+        return _start(None, experiment_id=experiment_id, run_name=name, where="new", uri=uri)
+    except MlflowException as exc:
+        raise TrackingError(f"MLflow store {redact_url(uri)}: {one_line(exc)}") from None
+
+
+def _mark_resume(run: Run, client, uri: str, resume_run_id: str, reopen: bool) -> None:
+    """A re-opened run drops the steps it logged already and counts its resumes; a new one names its
+    predecessor."""
+    try:
+        if reopen:
+            run.skip_logged_steps()
+            resumes = int(client.get_run(run.run_id).data.tags.get("tfpipe.resumes", "0")) + 1
+            client.set_tag(run.run_id, "tfpipe.resumes", str(resumes))
+        else:
+            client.set_tag(run.run_id, "tfpipe.resumed_from", resume_run_id)
+    except MlflowException as exc:
+        run.close("FAILED", _raise=False)
+        raise TrackingError(
+            f"MLflow store {redact_url(uri)}: cannot resume run {resume_run_id}: {one_line(exc)}"
+        ) from None
+
+
+def _record(run: Run, run_file: Path, uri: str) -> None:
+    """Context tags (sweep parent, DVC experiment) and the run file; the run ends FAILED if either fails."""
+    try:
+        run.set_tags(context_tags())
+    except TrackingError:
+        run.close("FAILED", _raise=False)
+        raise
+    try:
+        write_run_file(
+            run_file,
+            {
+                "run_id": run.run_id,
+                "experiment_id": run.experiment_id,
+                "tracking_uri": redact_url(uri),
+                "run_name": run.run_name,
+            },
+        )
+    except OSError as exc:
+        run.close("FAILED", _raise=False)
+        raise TrackingError(f"{run_file}: cannot write the run file ({exc.strerror or exc})") from None
+
+
+def start_run(
+    cfg,
+    project_root,
+    *,
+    stage: str = "train",
+    is_chief: bool = True,
+    flush_every: int = BATCH_METRICS,
+    flush_seconds: float = 15.0,
+    resume_run_id: Optional[str] = None,
+) -> Run:
     """Open the run for the train stage (see module docstring) and write `tracking.run_file`.
 
     `resume_run_id`: the run of an interrupted training this one resumes. It is re-opened (metrics
@@ -125,53 +181,40 @@ def start_run(cfg, project_root, *, stage: str = "train", is_chief: bool = True,
     uri, client, reset_uri = _connect(cfg, root)
     reopen = bool(resume_run_id) and not env_run_id and _run_exists(client, resume_run_id)
     try:
-        if env_run_id:
-            active = _start(env_run_id, run_name=name, where="env MLFLOW_RUN_ID", uri=uri)
-        elif reopen:
-            active = _start(resume_run_id, where="the interrupted training's run", uri=uri)
-        else:
-            location = backend.artifact_location_for(cfg.tracking, root, uri)
-            experiment_id = backend.ensure_experiment(client, cfg.tracking.experiment_name, location)
-            active = _start(None, experiment_id=experiment_id, run_name=name, where="new", uri=uri)
-    except MlflowException as exc:
-        reset_tracking_uri(reset_uri)
-        raise TrackingError(f"MLflow store {redact_url(uri)}: {one_line(exc)}") from None
-    except BaseException:
-        reset_tracking_uri(reset_uri)
-        raise
-    run = Run(run_id=active.info.run_id, experiment_id=active.info.experiment_id, tracking_uri=uri, run_name=name,
-              stage=stage, client=client, env_run_id=env_run_id, flush_every=flush_every, flush_seconds=flush_seconds,
-              reset_tracking_uri=reset_uri)
+        active = _open_train_run(cfg, root, client, uri, name, env_run_id, resume_run_id if reopen else None)
+    finally:
+        if mlflow.active_run() is None:
+            reset_tracking_uri(reset_uri)
+    run = Run(
+        run_id=active.info.run_id,
+        experiment_id=active.info.experiment_id,
+        tracking_uri=uri,
+        run_name=name,
+        stage=stage,
+        client=client,
+        env_run_id=env_run_id,
+        flush_every=flush_every,
+        flush_seconds=flush_seconds,
+        reset_tracking_uri=reset_uri,
+    )
     if resume_run_id:
-        try:
-            if reopen:
-                run.skip_logged_steps()
-                resumes = int(client.get_run(run.run_id).data.tags.get("tfpipe.resumes", "0")) + 1
-                client.set_tag(run.run_id, "tfpipe.resumes", str(resumes))
-            else:
-                client.set_tag(run.run_id, "tfpipe.resumed_from", resume_run_id)
-        except MlflowException as exc:
-            run.close("FAILED", _raise=False)
-            raise TrackingError(f"MLflow store {redact_url(uri)}: cannot resume run {resume_run_id}: {one_line(exc)}") from None
-    try:
-        run.set_tags(context_tags())
-    except TrackingError:
-        run.close("FAILED", _raise=False)
-        raise
-    try:
-        write_run_file(root / cfg.tracking.run_file, {
-            "run_id": run.run_id, "experiment_id": run.experiment_id,
-            "tracking_uri": redact_url(uri), "run_name": name,
-        })
-    except OSError as exc:
-        run.close("FAILED", _raise=False)
-        raise TrackingError(f"{root / cfg.tracking.run_file}: cannot write the run file ({exc.strerror or exc})") from None
-    log.info("MLflow run %s (%s) in experiment %s at %s", run.run_id, name, run.experiment_id, redact_url(uri))
+        _mark_resume(run, client, uri, resume_run_id, reopen)
+    _record(run, root / cfg.tracking.run_file, uri)
+    log.info(
+        "MLflow run %s (%s) in experiment %s at %s", run.run_id, name, run.experiment_id, redact_url(uri)
+    )
     return run
 
 
-def resume_run(cfg, project_root, *, stage: str = "evaluate", is_chief: bool = True,
-               flush_every: int = BATCH_METRICS, flush_seconds: float = 15.0) -> Run:
+def resume_run(
+    cfg,
+    project_root,
+    *,
+    stage: str = "evaluate",
+    is_chief: bool = True,
+    flush_every: int = BATCH_METRICS,
+    flush_seconds: float = 15.0,
+) -> Run:
     """Re-open the train stage's run: env MLFLOW_RUN_ID, else `tracking.run_file`."""
     if not is_chief:
         return NullRun(stage)
@@ -188,9 +231,18 @@ def resume_run(cfg, project_root, *, stage: str = "evaluate", is_chief: bool = T
     except BaseException:
         reset_tracking_uri(reset_uri)
         raise
-    run = Run(run_id=run_id, experiment_id=active.info.experiment_id, tracking_uri=uri, run_name=active.info.run_name,
-              stage=stage, client=client, env_run_id=env_run_id, flush_every=flush_every, flush_seconds=flush_seconds,
-              reset_tracking_uri=reset_uri)
+    run = Run(
+        run_id=run_id,
+        experiment_id=active.info.experiment_id,
+        tracking_uri=uri,
+        run_name=active.info.run_name,
+        stage=stage,
+        client=client,
+        env_run_id=env_run_id,
+        flush_every=flush_every,
+        flush_seconds=flush_seconds,
+        reset_tracking_uri=reset_uri,
+    )
     log.info("MLflow run %s re-opened for %s", run_id, stage)
     return run
 
@@ -207,10 +259,13 @@ class ParentRun:
             backend.init_store(uri)
             location = backend.artifact_location_for(cfg.tracking, project_root, uri)
             experiment_id = backend.ensure_experiment(self.client, cfg.tracking.experiment_name, location)
-            created = self.client.create_run(experiment_id, run_name=name,
-                                             tags={"tfpipe.sweep": "parent", **redact(tags or {})})
+            created = self.client.create_run(
+                experiment_id, run_name=name, tags={"tfpipe.sweep": "parent", **redact(tags or {})}
+            )
         except MlflowException as exc:
-            raise TrackingError(f"MLflow store {redact_url(uri)}: could not create the sweep's parent run: {one_line(exc)}") from None
+            raise TrackingError(
+                f"MLflow store {redact_url(uri)}: could not create the sweep's parent run: {one_line(exc)}"
+            ) from None
         self.run_id = created.info.run_id
         self._previous = os.environ.get(PARENT_RUN_ENV)
         os.environ[PARENT_RUN_ENV] = self.run_id

@@ -18,9 +18,9 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from tfpipe.errors import TrackingError
+from tfpipe.errors import one_line as _one_line
 from tfpipe.tracking import backend
 from tfpipe.tracking.redact import redact_url
-from tfpipe.errors import one_line as _one_line
 from tfpipe.tracking.run import CONFIG_ARTIFACT
 
 PROVENANCE_ARTIFACT = "provenance/provenance.json"
@@ -50,7 +50,9 @@ def load_run(uri: str, run_id: str) -> dict:
     try:
         run = client.get_run(run_id)
     except MlflowException as exc:
-        raise TrackingError(f"run {run_id!r}: not found in {redact_url(uri)} ({_one_line(exc)[:200]})") from None
+        raise TrackingError(
+            f"run {run_id!r}: not found in {redact_url(uri)} ({_one_line(exc)[:200]})"
+        ) from None
     config_text = _artifact_text(client, run_id, CONFIG_ARTIFACT)
     prov_text = _artifact_text(client, run_id, PROVENANCE_ARTIFACT)
     return {

@@ -24,8 +24,22 @@ MIN_SECRET_LENGTH = 6
 _NOT_SECRET_ENV = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK", "XAUTHORITY", "GPG_AGENT_INFO"})
 # word parts that mark a key as a credential
 _SECRET_WORDS = frozenset(
-    {"password", "passwd", "pwd", "passphrase", "token", "secret", "key", "apikey", "access", "credential",
-     "credentials", "auth", "authorization", "cookie"}
+    {
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "token",
+        "secret",
+        "key",
+        "apikey",
+        "access",
+        "credential",
+        "credentials",
+        "auth",
+        "authorization",
+        "cookie",
+    }
 )
 # substrings that mark a key as a credential wherever they occur (e.g. `dbpassword`)
 _SECRET_SUBSTRINGS = ("password", "passwd", "secret", "credential", "apikey", "accesskey", "privatekey")
@@ -104,7 +118,11 @@ def redact_tree(tree):
     """`redact` applied through nested dicts/lists (for the resolved config YAML)."""
     if isinstance(tree, dict):
         return {
-            k: (REDACTED if is_secret_key(k) and v not in (None, "") and not isinstance(v, (dict, list)) else redact_tree(v))
+            k: (
+                REDACTED
+                if is_secret_key(k) and v not in (None, "") and not isinstance(v, (dict, list))
+                else redact_tree(v)
+            )
             for k, v in tree.items()
         }
     if isinstance(tree, list):

@@ -35,7 +35,9 @@ def _wrap_errors(method):
         try:
             return method(self, *args, **kwargs)
         except MlflowException as exc:
-            raise TrackingError(f"MLflow {method.__name__} failed for run {self.run_id}: {one_line(exc, 500)}") from None
+            raise TrackingError(
+                f"MLflow {method.__name__} failed for run {self.run_id}: {one_line(exc, 500)}"
+            ) from None
 
     return wrapper
 
@@ -60,9 +62,20 @@ class Run:
 
     active = True
 
-    def __init__(self, *, run_id: str, experiment_id: str, tracking_uri: str, run_name: str, stage: str,
-                 client: MlflowClient, env_run_id: Optional[str] = None, flush_every: int = BATCH_METRICS,
-                 flush_seconds: float = 15.0, reset_tracking_uri: bool = False):
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        experiment_id: str,
+        tracking_uri: str,
+        run_name: str,
+        stage: str,
+        client: MlflowClient,
+        env_run_id: Optional[str] = None,
+        flush_every: int = BATCH_METRICS,
+        flush_seconds: float = 15.0,
+        reset_tracking_uri: bool = False,
+    ):
         self.run_id = run_id
         self.experiment_id = experiment_id
         self.tracking_uri = tracking_uri
@@ -95,8 +108,12 @@ class Run:
         except Exception as exc:  # never mask the exception that is ending the stage
             if _raise:
                 self._end(status, _raise=False)
-                raise TrackingError(f"MLflow could not close run {self.run_id}: {one_line(exc, 500)}") from None
-            log.warning("could not flush/tag run %s while ending it %s: %s", self.run_id, status, one_line(exc, 500))
+                raise TrackingError(
+                    f"MLflow could not close run {self.run_id}: {one_line(exc, 500)}"
+                ) from None
+            log.warning(
+                "could not flush/tag run %s while ending it %s: %s", self.run_id, status, one_line(exc, 500)
+            )
         self._end(status, _raise=_raise)
 
     def _end(self, status: str, *, _raise: bool) -> None:
@@ -121,7 +138,10 @@ class Run:
     def log_params(self, flat: dict) -> None:
         """All resolved params as flat dotted keys (secret-looking keys as '***'). Params are immutable in
         MLflow: re-logging an identical value is skipped; a different value for an existing key raises."""
-        params = {str(k)[:MAX_KEY]: ("None" if v is None else str(v))[:MAX_PARAM_VALUE] for k, v in redact(flat).items()}
+        params = {
+            str(k)[:MAX_KEY]: ("None" if v is None else str(v))[:MAX_PARAM_VALUE]
+            for k, v in redact(flat).items()
+        }
         existing = self.client.get_run(self.run_id).data.params
         changed = sorted(k for k, v in params.items() if k in existing and existing[k] != v)
         if changed:
@@ -136,7 +156,9 @@ class Run:
 
     @_wrap_errors
     def set_tags(self, tags: dict) -> None:
-        items = [RunTag(str(k)[:MAX_KEY], str(v)[:MAX_TAG_VALUE]) for k, v in redact(tags).items() if v is not None]
+        items = [
+            RunTag(str(k)[:MAX_KEY], str(v)[:MAX_TAG_VALUE]) for k, v in redact(tags).items() if v is not None
+        ]
         for i in range(0, len(items), BATCH_PARAMS_TAGS):
             self.client.log_batch(self.run_id, tags=items[i : i + BATCH_PARAMS_TAGS])
 
@@ -169,7 +191,9 @@ class Run:
     def log_text(self, text: str, artifact_file: str) -> None:
         self.client.log_text(self.run_id, text, artifact_file)
 
-    def log_checkpoint_files(self, paths: Sequence[Path], prefix: str, artifact_path: str = "checkpoints") -> None:
+    def log_checkpoint_files(
+        self, paths: Sequence[Path], prefix: str, artifact_path: str = "checkpoints"
+    ) -> None:
         """The newest checkpoint's files (the work directory lists them) plus a state file naming just it, so
         `tf.train.latest_checkpoint` works on the downloaded folder."""
         for path in paths:
@@ -182,7 +206,9 @@ class Run:
         import yaml
 
         tree = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-        self.log_text(yaml.safe_dump(redact_tree(tree), sort_keys=False, default_flow_style=None), artifact_file)
+        self.log_text(
+            yaml.safe_dump(redact_tree(tree), sort_keys=False, default_flow_style=None), artifact_file
+        )
 
     def log_provenance(self, provenance: dict, artifact_dir: str = "provenance") -> None:
         """provenance.json (git/environment facts), git_diff.patch when dirty, dvc.lock when present."""
@@ -209,15 +235,28 @@ class Run:
         mlflow.log_input(dataset, context=context, tags={"manifest_digest": str(manifest_digest)[:500]})
 
     @_wrap_errors
-    def log_model(self, saved_model_dir, *, modality: str, input_example: Any = None, class_names: list,
-                  name: str = "model") -> str:
+    def log_model(
+        self,
+        saved_model_dir,
+        *,
+        modality: str,
+        input_example: Any = None,
+        class_names: list,
+        name: str = "model",
+    ) -> str:
         """Log the SavedModel as an MLflow pyfunc model (models-from-code, `serving_model.py`) serving raw
         inputs; returns its model URI (`models:/<model_id>`; `runs:/<run_id>/<name>` resolves to it too). The
         input example is validated by MLflow (loads + predicts once)."""
         from tfpipe.tracking.models import log_pyfunc_model
 
-        info = log_pyfunc_model(self, saved_model_dir, modality=modality, input_example=input_example,
-                                class_names=list(class_names), name=name)
+        info = log_pyfunc_model(
+            self,
+            saved_model_dir,
+            modality=modality,
+            input_example=input_example,
+            class_names=list(class_names),
+            name=name,
+        )
         self.set_tags({"model_uri": info.model_uri})
         return info.model_uri
 

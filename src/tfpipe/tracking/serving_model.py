@@ -53,7 +53,9 @@ class SavedModelClassifier(PythonModel):
                 values = [model_input]
             else:
                 values = np.asarray(model_input, dtype=object).reshape(-1).tolist()
-            return np.asarray([v if isinstance(v, bytes) else str(v).encode("utf-8") for v in values], dtype=object)
+            return np.asarray(
+                [v if isinstance(v, bytes) else str(v).encode("utf-8") for v in values], dtype=object
+            )
         if isinstance(model_input, pd.DataFrame):
             model_input = np.stack(model_input.iloc[:, 0].to_numpy())
         array = np.asarray(model_input)

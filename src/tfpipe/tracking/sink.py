@@ -91,8 +91,11 @@ class MetricsBuffer:
                     continue  # replayed after a resume: the interrupted run logged this step already
                 self.pending.append(Metric(name, number, timestamp, int(step)))
             if len(self.pending) > MAX_BUFFERED:
-                log.warning("MLflow down too long: dropping the %d oldest unsent metric values (buffer limit %d)",
-                            len(self.pending) - MAX_BUFFERED, MAX_BUFFERED)
+                log.warning(
+                    "MLflow down too long: dropping the %d oldest unsent metric values (buffer limit %d)",
+                    len(self.pending) - MAX_BUFFERED,
+                    MAX_BUFFERED,
+                )
                 del self.pending[: len(self.pending) - MAX_BUFFERED]
             if len(self.pending) >= self.flush_every:
                 self._wake = True
@@ -150,7 +153,9 @@ class MetricsBuffer:
         now = time.monotonic()
         if not self.pending or now < self._retry_at:
             return False
-        return self._wake or len(self.pending) >= self.flush_every or now - self._sent_at >= self.flush_seconds
+        return (
+            self._wake or len(self.pending) >= self.flush_every or now - self._sent_at >= self.flush_seconds
+        )
 
     def _sleep(self) -> float:
         until_retry = self._retry_at - time.monotonic()
@@ -166,8 +171,13 @@ class MetricsBuffer:
                 delay = min(RETRY_BASE_SECONDS * 2 ** (self._failures - 1), RETRY_MAX_SECONDS)
                 self._retry_at = time.monotonic() + delay
                 self._cond.notify_all()
-            log.warning("MLflow metric flush failed (attempt %d; %d values kept, next try in %.0fs): %s",
-                        self._failures, len(self.pending), delay, one_line(exc, 500))
+            log.warning(
+                "MLflow metric flush failed (attempt %d; %d values kept, next try in %.0fs): %s",
+                self._failures,
+                len(self.pending),
+                delay,
+                one_line(exc, 500),
+            )
             return
         with self._cond:
             del self.pending[: len(batch)]

@@ -62,7 +62,6 @@ def run_tags(cfg, strategy_info: Any, manifest_digest: Optional[str], provenance
     prov = provenance or {}
     git = prov.get("git") or {}
     env = prov.get("environment") or {}
-    packages = env.get("packages") or {}
 
     tags: dict[str, Any] = {
         "dataset": cfg.dataset.name,
@@ -72,19 +71,7 @@ def run_tags(cfg, strategy_info: Any, manifest_digest: Optional[str], provenance
         "precision": cfg.precision.policy,
         "precision.resolved": resolved_precision(cfg),
     }
-    replicas = _first(strategy, "num_replicas_in_sync", "num_replicas", "replicas")
-    if replicas is None and cfg.strategy.name == "one_device":
-        replicas = 1
-    if replicas is not None:
-        tags["replicas"] = replicas
-    device = _first(strategy, "device", "devices", "worker_devices")
-    if device is None and cfg.strategy.name == "one_device":
-        device = cfg.strategy.device
-    if device is not None:
-        tags["device"] = device
-    for key, value in strategy.items():
-        if value is not None and not isinstance(value, dict):
-            tags[f"strategy.{key}"] = value
+    tags.update(_strategy_tags(cfg, strategy))
 
     if manifest_digest:
         tags["data.manifest_digest"] = manifest_digest
@@ -98,9 +85,42 @@ def run_tags(cfg, strategy_info: Any, manifest_digest: Optional[str], provenance
             tags["git.dirty"] = git["dirty"]
     tags.update(dvc_lock_tags(prov))
 
+    tags.update(_environment_tags(env))
+    return {key: _text(value) for key, value in tags.items()}
+
+
+def _strategy_tags(cfg, strategy: dict) -> dict:
+    """replicas, device and strategy.<field> from what training reports (known before training for one_device)."""
+    tags: dict[str, Any] = {}
+    replicas = _first(strategy, "num_replicas_in_sync", "num_replicas", "replicas")
+    if replicas is None and cfg.strategy.name == "one_device":
+        replicas = 1
+    if replicas is not None:
+        tags["replicas"] = replicas
+    device = _first(strategy, "device", "devices", "worker_devices")
+    if device is None and cfg.strategy.name == "one_device":
+        device = cfg.strategy.device
+    if device is not None:
+        tags["device"] = device
+    for key, value in strategy.items():
+        if value is not None and not isinstance(value, dict):
+            tags[f"strategy.{key}"] = value
+    return tags
+
+
+def _environment_tags(env: dict) -> dict:
+    """Python, library versions, platform, CPU and GPUs of the host."""
+    packages = env.get("packages") or {}
+    tags: dict[str, Any] = {}
     tags["python_version"] = env.get("python") or platform.python_version()
-    for tag, package in (("tf_version", "tensorflow"), ("keras_version", "keras"), ("mlflow_version", "mlflow"),
-                         ("dvc_version", "dvc"), ("tfds_version", "tensorflow_datasets"), ("hydra_version", "hydra")):
+    for tag, package in (
+        ("tf_version", "tensorflow"),
+        ("keras_version", "keras"),
+        ("mlflow_version", "mlflow"),
+        ("dvc_version", "dvc"),
+        ("tfds_version", "tensorflow_datasets"),
+        ("hydra_version", "hydra"),
+    ):
         if packages.get(package):
             tags[tag] = packages[package]
     for tag, key in (("platform", "platform"), ("cpu", "cpu"), ("num_cpus", "num_cpus")):
@@ -108,4 +128,4 @@ def run_tags(cfg, strategy_info: Any, manifest_digest: Optional[str], provenance
             tags[tag] = env[key]
     if env.get("gpus") is not None:
         tags["gpus"] = env["gpus"] or "none"
-    return {key: _text(value) for key, value in tags.items()}
+    return tags

@@ -88,14 +88,25 @@ class Loop:
                 f"lower train.batch_size_per_replica"
             )
         nan = float("nan")  # a resumed epoch whose batches were all trained before the interruption
-        train = self.steps.epoch_metrics() if examples else {"epoch_train_loss": nan, "epoch_train_accuracy": nan}
-        row = {"epoch": epoch, **train, **self.runner.evaluate(), "epoch_seconds": seconds,
-               "epoch_examples_per_sec": examples / max(seconds, 1e-9)}
+        train = (
+            self.steps.epoch_metrics() if examples else {"epoch_train_loss": nan, "epoch_train_accuracy": nan}
+        )
+        row = {
+            "epoch": epoch,
+            **train,
+            **self.runner.evaluate(),
+            "epoch_seconds": seconds,
+            "epoch_examples_per_sec": examples / max(seconds, 1e-9),
+        }
         self._call("on_epoch_end", epoch, row)
         self._checkpoint(epoch + 1, 0)
         self._stop_if_requested(f"at step {self.step} (end of epoch {epoch})")
-        log.info("epoch %d/%d: %s", epoch + 1, self.schedule.epochs,
-                 ", ".join(f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"))
+        log.info(
+            "epoch %d/%d: %s",
+            epoch + 1,
+            self.schedule.epochs,
+            ", ".join(f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"),
+        )
         return row
 
     def _train_steps(self, epoch: int, skip: int) -> int:
@@ -126,7 +137,10 @@ class Loop:
         if examples <= 0:
             return
         now = time.perf_counter()
-        metrics = {**self.steps.take_window(), "examples_per_sec": examples / max(now - self._window_start, 1e-9)}
+        metrics = {
+            **self.steps.take_window(),
+            "examples_per_sec": examples / max(now - self._window_start, 1e-9),
+        }
         self._window_steps, self._window_start = 0, now
         self._call("on_log", self.step, metrics)
 

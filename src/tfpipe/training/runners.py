@@ -31,7 +31,9 @@ class SyncRunner:
         acc = steps.accumulation
         stream = self.task.stream_fn(start_epoch, steps.steps_per_epoch * acc, start_epoch_step * acc)
         train_ds = self.strategy.distribute_datasets_from_function(stream)
-        self.val_ds = self.strategy.distribute_datasets_from_function(self.task.dataset_fn("validation", False))
+        self.val_ds = self.strategy.distribute_datasets_from_function(
+            self.task.dataset_fn("validation", False)
+        )
         self.iterator = iter(train_ds)
         self._train_fn = tf.function(self._train_calls)
         self._eval_fn = tf.function(self._eval_call, input_signature=[self.val_ds.element_spec])
@@ -112,7 +114,10 @@ class CoordinatedRunner:
         self._remote = []
         loss_sum, examples, correct = (float(x) for x in sum(results)) if results else (0.0, 0.0, 0.0)
         steps = self.steps
-        for loss_metric, acc_metric in ((steps.epoch_loss, steps.epoch_acc), (steps.window_loss, steps.window_acc)):
+        for loss_metric, acc_metric in (
+            (steps.epoch_loss, steps.epoch_acc),
+            (steps.window_loss, steps.window_acc),
+        ):
             loss_metric.total.assign(loss_sum)
             loss_metric.count.assign(examples)
             acc_metric.total.assign(correct)
@@ -136,4 +141,8 @@ def _evaluate(steps: Steps, dataset, eval_fn, sync) -> Dict[str, float]:
 
 def build_runner(strategy: tf.distribute.Strategy, task):
     """The runner for a strategy: the one place the training code tells parameter_server apart."""
-    return CoordinatedRunner(strategy, task) if distribute.is_coordinated(strategy) else SyncRunner(strategy, task)
+    return (
+        CoordinatedRunner(strategy, task)
+        if distribute.is_coordinated(strategy)
+        else SyncRunner(strategy, task)
+    )

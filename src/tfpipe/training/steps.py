@@ -22,7 +22,9 @@ class Steps:
     The loss is averaged over the GLOBAL batch (`tf.nn.compute_average_loss`) so gradients summed across
     replicas by the optimizer are right under any number of replicas."""
 
-    def __init__(self, task, strategy: tf.distribute.Strategy, *, policy: str, steps_per_epoch: int, lr_scale: float):
+    def __init__(
+        self, task, strategy: tf.distribute.Strategy, *, policy: str, steps_per_epoch: int, lr_scale: float
+    ):
         tc = task.cfg.train
         self.policy = policy
         self.num_classes = task.spec.num_classes
@@ -45,7 +47,9 @@ class Steps:
             agg = tf.VariableAggregation.ONLY_FIRST_REPLICA
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=agg, name="step")
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=agg, name="epoch")
-            self.epoch_step = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=agg, name="epoch_step")
+            self.epoch_step = tf.Variable(
+                0, dtype=tf.int64, trainable=False, aggregation=agg, name="epoch_step"
+            )
         # Keras 3 keeps the RNG state of dropout / random augmentation in SeedGenerator variables that
         # tf.train.Checkpoint does not reach through the model: add them, so a resumed run draws the
         # same random numbers as an uninterrupted one.
@@ -79,7 +83,9 @@ class Steps:
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=denominator)
                 if self.model.losses:
                     loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses)) / len(micro_batches)
-                scaled = self.optimizer.scale_loss(loss) if precision.needs_loss_scaling(self.policy) else loss
+                scaled = (
+                    self.optimizer.scale_loss(loss) if precision.needs_loss_scaling(self.policy) else loss
+                )
             grads = tape.gradient(scaled, variables)
             total = grads if total is None else [a + b for a, b in zip(total, grads)]
             for metric in (self.epoch_loss, self.window_loss):
@@ -117,7 +123,10 @@ class Steps:
         return metrics
 
     def epoch_metrics(self) -> Dict[str, float]:
-        return {"epoch_train_loss": value(self.epoch_loss.result()), "epoch_train_accuracy": value(self.epoch_acc.result())}
+        return {
+            "epoch_train_loss": value(self.epoch_loss.result()),
+            "epoch_train_accuracy": value(self.epoch_acc.result()),
+        }
 
     def set_counters(self, step: int, epoch: int, epoch_step: int) -> None:
         """What the next checkpoint records: global step, epoch, and batches of that epoch already trained."""

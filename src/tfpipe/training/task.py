@@ -93,7 +93,9 @@ def _read_text_spec(cfg, manifest: dict, prepared_dir: Path, spec: InputSpec) ->
         )
 
 
-def batches_per_pipeline(spec: InputSpec, num_pipelines: int, global_batch: int, shard_policy: str = "auto") -> int:
+def batches_per_pipeline(
+    spec: InputSpec, num_pipelines: int, global_batch: int, shard_policy: str = "auto"
+) -> int:
     """Full training batches the smallest input pipeline yields per epoch (mirrors make_dataset's sharding:
     whole files when there are at least as many files as pipelines, else every n-th record)."""
     n = max(int(num_pipelines), 1)
@@ -126,7 +128,9 @@ class Task:
         return build_model(self.cfg, self.spec.num_classes, vocab_size=self.spec.vocab_size)
 
     def build_loss(self) -> keras.losses.Loss:
-        return keras.losses.CategoricalCrossentropy(label_smoothing=self.cfg.train.label_smoothing, reduction=None)
+        return keras.losses.CategoricalCrossentropy(
+            label_smoothing=self.cfg.train.label_smoothing, reduction=None
+        )
 
     def fit_to_train_split(self, model: keras.Model) -> None:
         """Parameters counted from the train split (nbsvm's ratios): always recomputed (deterministic, so a
@@ -135,7 +139,12 @@ class Task:
         batches = self.dataset_fn("train", training=False)(tf.distribute.InputContext())
         fitted = fit_to_train_split(model, self.cfg.model, batches, self.spec.num_classes)
         if fitted is not None:
-            log.info("fitted %s to the train split in %.1f s: %s", self.cfg.model.name, time.perf_counter() - t0, fitted)
+            log.info(
+                "fitted %s to the train split in %.1f s: %s",
+                self.cfg.model.name,
+                time.perf_counter() - t0,
+                fitted,
+            )
 
     def _vectorized(self, ds: tf.data.Dataset) -> tf.data.Dataset:
         if self.spec.modality == "text":
@@ -173,8 +182,14 @@ class _SplitFn:
         tc = self.task.cfg.train
         # make_dataset takes the GLOBAL batch with an input_context and batches per replica.
         ds = data.make_dataset(
-            self.task.prepared_dir, self.split, batch_size=self.task.global_batch, training=self.training,
-            seed=tc.seed, shuffle_buffer=tc.shuffle_buffer, cache=tc.cache, input_context=input_context,
+            self.task.prepared_dir,
+            self.split,
+            batch_size=self.task.global_batch,
+            training=self.training,
+            seed=tc.seed,
+            shuffle_buffer=tc.shuffle_buffer,
+            cache=tc.cache,
+            input_context=input_context,
             shard_policy=tc.shard_policy if self.split == "train" else "auto",  # the policy is for train
         )
         return self.task._vectorized(ds)
@@ -190,9 +205,16 @@ class _StreamFn:
     def __call__(self, input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         tc = self.task.cfg.train
         ds = data.make_train_stream(
-            self.task.prepared_dir, batch_size=self.task.global_batch, seed=tc.seed, start_epoch=self.start_epoch,
-            epochs=tc.epochs, batches_per_epoch=self.batches_per_epoch, skip_batches=self.skip_batches,
-            shuffle_buffer=tc.shuffle_buffer, cache=tc.cache, input_context=input_context,
+            self.task.prepared_dir,
+            batch_size=self.task.global_batch,
+            seed=tc.seed,
+            start_epoch=self.start_epoch,
+            epochs=tc.epochs,
+            batches_per_epoch=self.batches_per_epoch,
+            skip_batches=self.skip_batches,
+            shuffle_buffer=tc.shuffle_buffer,
+            cache=tc.cache,
+            input_context=input_context,
             shard_policy=tc.shard_policy,
         )
         return self.task._vectorized(ds)

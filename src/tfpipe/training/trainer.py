@@ -43,7 +43,9 @@ class TrainResult:
     initial_epoch: int = 0  # epoch this call started at (> 0 when resumed)
     resumed: bool = False
     resumed_at_step: int = 0  # the checkpoint's step this call started from (0: fresh)
-    weights_sha256: Optional[str] = None  # determinism.weights_sha256 of the trained model (bit-identity check)
+    weights_sha256: Optional[str] = (
+        None  # determinism.weights_sha256 of the trained model (bit-identity check)
+    )
     determinism: Dict[str, Any] = field(default_factory=dict)  # determinism.setup() settings in force
     workdir: Optional[WorkDir] = None  # the work directory (files of the newest checkpoint, ...)
 
@@ -75,8 +77,9 @@ def _train(cfg, task: Task, strategy, policy: str, workdir: WorkDir, sink) -> Tr
     tc = cfg.train
     runner = build_runner(strategy, task)
     steps_per_epoch = _steps_per_epoch(tc, task, runner)
-    steps = Steps(task, strategy, policy=policy, steps_per_epoch=steps_per_epoch,
-                  lr_scale=lr_scale(tc, runner.replicas))
+    steps = Steps(
+        task, strategy, policy=policy, steps_per_epoch=steps_per_epoch, lr_scale=lr_scale(tc, runner.replicas)
+    )
     task.fit_to_train_split(steps.model)  # before a checkpoint restores the rest
     chief = strategy.extended.should_checkpoint
     resumed = workdir.open_checkpoints(steps.checkpoint, chief=chief, max_to_keep=tc.max_checkpoints_to_keep)
@@ -85,16 +88,27 @@ def _train(cfg, task: Task, strategy, policy: str, workdir: WorkDir, sink) -> Tr
     runner.start(steps, start_epoch, start_epoch_step)
     hooks = [SinkHook(sink)] if (sink is not None and chief) else []
     hooks += [CheckpointHook(workdir, steps), StopHook()]
-    hooks += monitoring.hooks_from_config(tc, workdir.path, chief=chief, model=steps.model, optimizer=steps.optimizer)
+    hooks += monitoring.hooks_from_config(
+        tc, workdir.path, chief=chief, model=steps.model, optimizer=steps.optimizer
+    )
     # Optimizer steps per compiled call; 1 while profiling, so the trace starts and stops at its exact steps.
-    schedule = Schedule(tc.epochs, steps_per_epoch, tc.log_every_steps, tc.checkpoint_every_steps,
-                        1 if tc.profile_steps else tc.steps_per_execution)
+    schedule = Schedule(
+        tc.epochs,
+        steps_per_epoch,
+        tc.log_every_steps,
+        tc.checkpoint_every_steps,
+        1 if tc.profile_steps else tc.steps_per_execution,
+    )
     done = Loop(runner, steps, hooks, schedule).fit(start_epoch, start_epoch_step, step)
     history = workdir.history
     if history:
         last = history[-1]
-        final = {"train_loss": last["epoch_train_loss"], "train_accuracy": last["epoch_train_accuracy"],
-                 "val_loss": last["val_loss"], "val_accuracy": last["val_accuracy"]}
+        final = {
+            "train_loss": last["epoch_train_loss"],
+            "train_accuracy": last["epoch_train_accuracy"],
+            "val_loss": last["val_loss"],
+            "val_accuracy": last["val_accuracy"],
+        }
     else:  # resumed a finished run whose history file is gone: score validation again
         final = runner.evaluate()
     task.export(steps.model, workdir.export_dir)
