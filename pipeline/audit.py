@@ -7,62 +7,11 @@ on the run as tags audit.verdict, audit.time and an audit/ report artifact.
 Exit codes: 0 all match / reproduced (or within tolerance), 1 differs, 2 bad input.
 """
 
-from __future__ import annotations
-
-import argparse
-import os
 import sys
-from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+from tfpipe.audit_cli import audit_main as main
 
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.audit", description=__doc__.splitlines()[0])
-    parser.add_argument("run_id")
-    parser.add_argument("--rerun", action="store_true", help="re-execute the run and compare outcomes")
-    parser.add_argument(
-        "--tolerance",
-        type=float,
-        default=0.0,
-        help="largest |metric difference| still WITHIN TOLERANCE (default 0: exact)",
-    )
-    parser.add_argument(
-        "--tracking-uri", default=None, help="MLflow store (default: MLFLOW_TRACKING_URI or params.yaml)"
-    )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
-    args = parser.parse_args(argv)
-
-    from tfpipe import audit
-    from tfpipe.errors import USER_ERRORS
-
-    root = Path.cwd()
-    try:
-        if args.rerun:
-            result = audit.rerun(
-                args.run_id,
-                root,
-                args.tracking_uri,
-                tolerance=args.tolerance,
-                log=lambda m: print(m, file=sys.stderr),
-            )
-            print(audit.format_rerun(result), end="")
-            return 1 if result.verdict == audit.DIFFERS_VERDICT else 0
-        items = audit.check(args.run_id, root, args.tracking_uri)
-        print(audit.format_table(items), end="")
-        print(
-            "ALL MATCH"
-            if audit.ok(items)
-            else f"DIFFERS: {sum(i.status == audit.DIFFERS for i in items)} item(s)"
-        )
-        return 0 if audit.ok(items) else 1
-    except USER_ERRORS as exc:
-        if args.debug:
-            raise
-        print(f"audit: error: {exc}", file=sys.stderr)
-        return 2
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
     sys.exit(main())

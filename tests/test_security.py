@@ -221,7 +221,9 @@ def _version(text: str) -> tuple:
 def test_pins_and_installed_versions_are_past_known_cves(package):
     floor = CVE_FLOORS[package]
     for name in ("requirements.in", "requirements.lock"):
-        pins = [line.split("#")[0].strip().rstrip("\\").strip() for line in (ROOT / name).read_text().splitlines()]
+        pins = [
+            line.split("#")[0].strip().rstrip("\\").strip() for line in (ROOT / name).read_text().splitlines()
+        ]
         pinned = [p.split("==", 1)[1] for p in pins if p.lower().startswith(f"{package}==")]
         assert pinned, f"{package} is not pinned in {name}"
         assert _version(pinned[0]) >= floor, f"{name}: {package}=={pinned[0]} is below the CVE floor {floor}"

@@ -9,7 +9,7 @@ No TensorFlow here, so the launcher and config checks stay fast.
 - `tf_config(cluster, task_type, index)` -> the TF_CONFIG JSON for one process.
 - `read_tf_config()` -> the parsed TF_CONFIG of this process (UserError when malformed).
 - `is_chief()` -> whether this process writes (MLflow run, metrics, SavedModel).
-- `render_k8s(...)`, `render_slurm(...)`: the deploy/ templates filled in.
+- `render_k8s(...)`, `render_slurm(...)`: the templates of `tfpipe/deploy/` (package data) filled in.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tfpipe.errors import UserError
 
 TF_CONFIG = "TF_CONFIG"
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
-DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY_DIR = Path(__file__).resolve().parent / "deploy"  # package data: found in any install (pyproject)
 
 Cluster = Dict[str, List[str]]
 
@@ -101,7 +101,7 @@ def read_tf_config(environ=None) -> dict:
     text = environ.get(TF_CONFIG, "").strip()
     if not text:
         raise UserError(
-            f"{TF_CONFIG}: not set; multi-process strategies need it (run through python -m pipeline.launch, "
+            f"{TF_CONFIG}: not set; multi-process strategies need it (run through python -m pipeline.launch or tfpipe launch, "
             f"or let the cluster manager set it)"
         )
     return parse_tf_config(text)
@@ -174,7 +174,7 @@ def render_k8s(
     namespace: str = "default",
     overrides=(),
 ) -> str:
-    """deploy/k8s/*.tmpl -> one multi-document manifest: a headless Service and one Pod per task,
+    """tfpipe/deploy/k8s/*.tmpl -> one multi-document manifest: a headless Service and one Pod per task,
     each with its own TF_CONFIG."""
     cluster = k8s_cluster(job_name, strategy, num_workers, num_ps, port, namespace)
     docs = [
@@ -205,7 +205,7 @@ def render_k8s(
 
 def slurm_tf_config(nodelist: List[str], procid: int, port: int = 2222) -> str:
     """TF_CONFIG for task `procid` of a Slurm job whose nodes are `nodelist` (one worker per node, worker 0 chief).
-    Same layout `SlurmClusterResolver` builds; used by deploy/slurm/train.sbatch via `python -m tfpipe.cluster`."""
+    Same layout `SlurmClusterResolver` builds; used by tfpipe/deploy/slurm/train.sbatch via `python -m tfpipe.cluster`."""
     cluster = {"worker": [f"{host}:{port}" for host in nodelist]}
     return tf_config(cluster, "worker", procid)
 

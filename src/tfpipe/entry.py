@@ -1,0 +1,131 @@
+"""What every entry point shares (`python -m pipeline.<stage>` and `tfpipe <stage>`): argument parsing, config
+loading, preflight, error mapping.
+
+Bad input (`tfpipe.errors.UserError`: a config key, a data file, the tracking backend) ends the stage
+with ONE line on stderr, `<stage>: error: <message>`, and exit code 2; `--debug` (or env
+TFPIPE_DEBUG=1, for `dvc repro` whose commands are fixed) shows the Python traceback instead.
+The order is: parse arguments -> load + validate the config (no TensorFlow, no data) -> preflight
+checks of the host (`tfpipe.preflight`: devices, TF_CONFIG, tracking backend) -> `run(cfg, root)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from tfpipe.errors import one_line
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's C++ start-up chatter out of stage logs
+
+EXIT_BAD_INPUT = 2
+DEBUG_ENV = "TFPIPE_DEBUG"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line too (the usage is in --help)."""
+
+    def error(self, message):  # noqa: D401 - argparse API
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def main(
+    stage: str, run: Callable, description: str, argv: Sequence[str] | None = None, prog: str = ""
+) -> None:
+    """`python -m pipeline.<stage> [--params FILE] [--debug] [OVERRIDE ...]`: exits with the stage's code."""
+    argv = sys.argv[1:] if argv is None else argv
+    sys.exit(cli(stage, run, description, argv, Path.cwd(), prog=prog))
+
+
+def cli(
+    stage: str,
+    run: Callable,
+    description: str,
+    argv: Sequence[str],
+    root: Path,
+    *,
+    configure_logging: bool = True,
+    prog: str = "",
+) -> int:
+    """The whole command line of one stage, in-process; returns the exit code (tests call this)."""
+    parser = _Parser(prog=prog or f"python -m pipeline.{stage}", description=description)
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="Hydra overrides (e.g. dataset=imdb train.epochs=1). Given: compose conf/ with them. "
+        "None: read --params (what `dvc repro` does).",
+    )
+    parser.add_argument(
+        "--params", default="params.yaml", help="composed config to read when no overrides are given"
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help=f"show Python tracebacks for bad input (also: env {DEBUG_ENV}=1)"
+    )
+    args = parser.parse_args(list(argv))
+    # `mlflow run -P overrides="a=1 b=2"` hands all overrides over as one quoted argument.
+    try:
+        overrides = [part for arg in args.overrides for part in shlex.split(arg)]
+    except ValueError as exc:  # an unbalanced quote
+        print(
+            f"{stage}: error: overrides {' '.join(args.overrides)!r}: {exc}; quote each KEY=VALUE once",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+
+    if configure_logging:
+        logging.basicConfig(
+            level=logging.INFO, format=f"%(asctime)s {stage} %(levelname)s %(message)s", datefmt="%H:%M:%S"
+        )
+        for noisy in ("tensorflow", "absl", "h5py"):  # their INFO lines drown the stage's own
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+    debug = args.debug or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes")
+    return _run_guarded(
+        stage, _with_args(run, overrides, args.params), overrides, args.params, Path(root), debug
+    )
+
+
+def _with_args(run: Callable, overrides: list, params: str) -> Callable:
+    """Stages that start other processes (the launcher) get the arguments to hand on."""
+    if getattr(run, "wants_args", False):
+        return functools.partial(run, train_args=overrides if overrides else ["--params", params])
+    return run
+
+
+def load_config(overrides: Sequence[str], params_path: str, root: Path):
+    """The validated Config: conf/ composed with `overrides`, or the `params_path` file (DVC's path)."""
+    from tfpipe import config
+
+    if overrides:
+        return config.compose(list(overrides), config_dir=root / config.CONF_DIR)
+    return config.load_params(root / params_path)
+
+
+def _run_guarded(stage, run, overrides, params_path, root, debug) -> int:
+    from tfpipe import interrupts
+    from tfpipe.errors import USER_ERRORS
+
+    try:
+        cfg = load_config(overrides, params_path, root)
+        from tfpipe import preflight
+
+        preflight.check(cfg, stage, root)
+        with interrupts.graceful_stop():  # SIGTERM/SIGINT: checkpoint, end the MLflow run KILLED, exit 128+N
+            run(cfg, root)
+    except USER_ERRORS as exc:
+        if debug:
+            raise
+        print(f"{stage}: error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", 2)  # a plain KeyboardInterrupt is SIGINT
+        print(
+            f"{stage}: interrupted ({exc or 'SIGINT'}); run it again to resume from the last checkpoint",
+            file=sys.stderr,
+        )
+        return 128 + signum
+    return 0
