@@ -94,12 +94,11 @@ def _named_devices(cfg: Config) -> list:
     return []  # auto picks what exists; multi-process and tpu strategies take devices from the cluster
 
 
-GPU_DEVICE_FILES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")  # NVIDIA, ROCm, WSL
-
-
 def physical_gpus() -> int:
     """GPUs TensorFlow can use; 0 at once (without importing TensorFlow) on a host with no GPU device files."""
-    if not any(glob.glob(pattern) for pattern in GPU_DEVICE_FILES):
+    from tfpipe.hardware import has_gpu_device_files
+
+    if not has_gpu_device_files():
         return 0
     import tensorflow as tf
 

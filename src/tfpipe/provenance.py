@@ -56,16 +56,28 @@ def collect(project_root: str | os.PathLike) -> dict:
 # ----------------------------------------------------------------------------- git
 
 
+def environ_snapshot(environ=None) -> dict:
+    """A copy of the environment that a concurrent change cannot break: MLflow's threads (telemetry) add and
+    remove variables while we read, and iterating os.environ then raises KeyError for a vanished name."""
+    if environ is not None:
+        return dict(environ)
+    snapshot = {}
+    for name in list(os.environ.keys()):
+        value = os.environ.get(name)
+        if value is not None:
+            snapshot[name] = value
+    return snapshot
+
+
+def run_git(root: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """`git ARGS` in `root`, output captured, C locale, no optional locks (never blocks another git)."""
+    env = {**environ_snapshot(), "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=timeout, env=env)
+
+
 def _git(root: Path, *args: str) -> Optional[str]:
     try:
-        proc = subprocess.run(
-            ["git", *args],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT_S,
-            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"},
-        )
+        proc = run_git(root, *args)
     except (OSError, subprocess.SubprocessError):
         return None
     return proc.stdout if proc.returncode == 0 else None

@@ -72,14 +72,9 @@ def tracking_uri_for(root: Path, uri: Optional[str] = None) -> str:
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["git", *args],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"},
-    )
+    from tfpipe.provenance import run_git
+
+    return run_git(root, *args, timeout=60)
 
 
 def _rooted_dict(cfg_dict: dict, root: Path) -> dict:

@@ -119,7 +119,7 @@ def _make_worktree(root: Path, run: dict, tmp: Path, log) -> Path:
 
 def _run_stages(wt: Path, store: str, log) -> None:
     """dvc repro of the three stages in the worktree, tracking into `store`."""
-    from tfpipe.tracking.redact import environ_snapshot
+    from tfpipe.provenance import environ_snapshot
 
     env = {k: v for k, v in environ_snapshot().items() if not k.startswith(("MLFLOW_", "DVC_"))}
     env.update(

@@ -15,8 +15,9 @@ reaches the config through the environment is not recorded either. Values shorte
 
 from __future__ import annotations
 
-import os
 import re
+
+from tfpipe.provenance import environ_snapshot  # noqa: F401 - re-exported
 
 REDACTED = "***"
 MIN_SECRET_LENGTH = 6
@@ -55,19 +56,6 @@ def is_secret_key(key: str) -> bool:
         return True
     squashed = "".join(parts)
     return any(s in squashed for s in _SECRET_SUBSTRINGS)
-
-
-def environ_snapshot(environ=None) -> dict:
-    """A copy of the environment that a concurrent change cannot break: MLflow's threads (telemetry) add and
-    remove variables while we read, and iterating os.environ then raises KeyError for a vanished name."""
-    if environ is not None:
-        return dict(environ)
-    snapshot = {}
-    for name in list(os.environ.keys()):
-        value = os.environ.get(name)
-        if value is not None:
-            snapshot[name] = value
-    return snapshot
 
 
 def secret_env_values(environ=None) -> list:

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 def resolved_precision(cfg) -> str:
     """The policy training uses: `auto` resolved from this host's hardware, other names as given."""
-    from tfpipe.precision import resolve_policy
+    from tfpipe.hardware import resolve_policy
 
     return resolve_policy(cfg.precision.policy)
 

@@ -1,0 +1,59 @@
+"""What this host's hardware offers the precision policy: bf16-fast CPU flags, GPUs with bf16, and the one place
+`precision.policy=auto` is resolved. TensorFlow-free unless GPU device files exist (then it asks TF for their
+compute capability), so tracking and config code can resolve `auto` without starting TensorFlow."""
+
+from __future__ import annotations
+
+import glob
+from typing import Optional
+
+GPU_DEVICE_FILES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")  # NVIDIA, ROCm, WSL
+
+
+def has_gpu_device_files() -> bool:
+    return any(glob.glob(pattern) for pattern in GPU_DEVICE_FILES)
+
+
+POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
+AUTO = "auto"  # resolved at start from the hardware (resolve_policy)
+# CPU flags that make bfloat16 matmuls/convolutions fast in oneDNN (AMX tiles, AVX512-BF16).
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def cpu_has_fast_bf16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
+    """True when the CPU advertises AMX-BF16 or AVX512-BF16 (Linux /proc/cpuinfo; False elsewhere)."""
+    try:
+        with open(cpuinfo_path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return any(flag in flags for flag in BF16_CPU_FLAGS)
+    except OSError:
+        return False
+    return False
+
+
+def gpus_have_bf16() -> Optional[bool]:
+    """None without GPUs; else whether every GPU has compute capability >= 8.0 (Ampere+: bf16 tensor cores)."""
+    if not has_gpu_device_files():
+        return None  # no GPU here: decided without starting TensorFlow
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return None
+    for gpu in gpus:
+        cc = (tf.config.experimental.get_device_details(gpu) or {}).get("compute_capability")
+        if not cc or tuple(cc) < (8, 0):
+            return False
+    return True
+
+
+def resolve_policy(name: str) -> str:
+    """`auto` -> mixed_bfloat16 on GPUs with bf16 (compute capability >= 8.0) or, without GPUs, on CPUs
+    with AMX/AVX512-BF16 (1.6x faster here, docs/benchmarks.md); float32 otherwise. Other names as given."""
+    if name != AUTO:
+        return name
+    gpu = gpus_have_bf16()
+    fast = gpu if gpu is not None else cpu_has_fast_bf16()
+    return "mixed_bfloat16" if fast else "float32"
