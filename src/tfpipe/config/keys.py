@@ -9,6 +9,7 @@ import typing
 from typing import Any, Optional
 
 from tfpipe.config.checks import did_you_mean
+from tfpipe.config.root import Config
 from tfpipe.errors import ConfigError
 
 # keys people type that the schema calls otherwise: unknown key -> the key to use (and why)
@@ -44,8 +45,6 @@ def _children(tp) -> dict:
 
 def schema_key(dotted: str, value: Any = None) -> Any:
     """The schema type at a dotted key, or ConfigError naming the unknown part (with a did-you-mean)."""
-    from tfpipe.config.load import Config
-
     tp: Any = Config
     parts = dotted.split(".")
     for i, part in enumerate(parts):

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 def prepare(cfg, *, progress: bool = True) -> dict:
     output_dir = Path(os.path.abspath(cfg.data.output_dir))
-    source = sources.open_source(cfg)  # cheap layout checks / builder setup happen here, before any writing
+    source = _open_source(cfg)  # cheap layout checks / builder setup happen here, before any writing
     _remove_stale_temps(output_dir)
     tmp = output_dir.with_name(f"{output_dir.name}.tmp-{os.getpid()}")
     if tmp.exists():
@@ -157,3 +157,11 @@ def _pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def _open_source(cfg) -> sources.Source:
+    if cfg.data.source == "directory":
+        return sources.open_directory(cfg)
+    from tfpipe.data.tfds_source import open_tfds
+
+    return open_tfds(cfg)

@@ -257,11 +257,3 @@ def open_directory(cfg) -> Source:
 
     info = {"type": "directory", "path": portable_path(d.path), "tfds_name": None, "version": None}
     return Source(class_names, info, sum(len(v) for v in plan.values()), stream)
-
-
-def open_source(cfg) -> Source:
-    if cfg.data.source == "directory":
-        return open_directory(cfg)
-    from tfpipe.data.tfds_source import open_tfds
-
-    return open_tfds(cfg)
