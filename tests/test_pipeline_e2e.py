@@ -198,7 +198,8 @@ def test_dvc_exp_run_composes_conf_for_imdb(repro_project):
             "dvc",
             "exp",
             "run",
-            *[arg for o in [*TINY, "dataset=imdb"] for arg in ("-S", o)],
+            # TINY minus model.filters: each model has its own schema, and the text model has no conv filters
+            *[arg for o in [*TINY, "dataset=imdb"] if not o.startswith("model.filters") for arg in ("-S", o)],
         ],
         project,
         env,
