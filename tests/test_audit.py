@@ -210,3 +210,30 @@ def test_rerun_of_a_dvc_run_is_reproduced_and_recorded(tmp_path, image_dir, text
             ["git", "worktree", "list"], cwd=project, capture_output=True, text=True
         ).stdout.split("\n", 1)[-1]
     )
+
+
+def test_a_recorded_diff_that_does_not_apply_stops_the_rerun(tmp_path):
+    """The rerun must not silently audit other code than the run's: `git apply` failing is one-line bad input."""
+    from tfpipe.audit.rerun import _make_worktree
+    from tfpipe.errors import UserError
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@x",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@x",
+    }
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "c", "--allow-empty"]):
+        subprocess.run(cmd, cwd=repo, env=env, check=True)
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
+    ).stdout.strip()
+    bad_diff = "diff --git a/x.txt b/x.txt\n--- a/x.txt\n+++ b/x.txt\n@@ -1 +1 @@\n-old\n+new\n"  # x.txt is not there
+    run = {"tags": {"git.commit": commit}, "git_diff": bad_diff, "config": {}}
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(UserError, match="recorded git diff does not apply"):
+        _make_worktree(repo, run, work, log=lambda m: None)

@@ -51,7 +51,7 @@ def gpus_have_bf16() -> Optional[bool]:
 
 def resolve_policy(name: str) -> str:
     """`auto` -> mixed_bfloat16 on GPUs with bf16 (compute capability >= 8.0) or, without GPUs, on CPUs
-    with AMX/AVX512-BF16 (1.6x faster here, docs/benchmarks.md); float32 otherwise. Other names as given."""
+    with AMX/AVX512-BF16 (1.37x on cnn, 1.51x on resnet on the AMX machine, docs/benchmarks.md); float32 otherwise. Other names as given."""
     if name != AUTO:
         return name
     gpu = gpus_have_bf16()

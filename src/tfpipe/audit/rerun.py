@@ -97,7 +97,12 @@ def _make_worktree(root: Path, run: dict, tmp: Path, log) -> Path:
     if run.get("git_diff"):  # the run was made from a dirty tree: apply its recorded diff
         patch = tmp / "recorded.patch"
         patch.write_text(run["git_diff"], encoding="utf-8")
-        _git(wt, "apply", str(patch))
+        applied = _git(wt, "apply", str(patch))
+        if applied.returncode != 0:  # re-running without it would audit other code than the run's
+            first = (applied.stderr.strip().splitlines() or ["no message"])[0]
+            raise UserError(
+                f"rerun: the run's recorded git diff does not apply at {commit[:12]} ({first[:300]})"
+            )
     cfg = _relative_dict(run["config"], root)
     resolved = run["tags"].get("precision.resolved")
     if (cfg.get("precision") or {}).get("policy") == "auto" and resolved:
