@@ -27,7 +27,9 @@ from tfpipe import preflight
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_DATA = ["data.path=/nonexistent/tfpipe/raw", "data.output_dir=/nonexistent/tfpipe/prepared"]
-IN_PROCESS_SECONDS = 10.0  # generous (shared 2-core machine); "refused before the stage ran" is the order asserted
+IN_PROCESS_SECONDS = (
+    10.0  # generous (shared 2-core machine); "refused before the stage ran" is the order asserted
+)
 ENV_TO_CLEAR = ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "TF_CONFIG", "TFPIPE_DEBUG", "TPU_NAME")
 
 

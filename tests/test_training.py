@@ -390,30 +390,42 @@ def test_batches_per_pipeline_never_leaves_a_worker_short():
 def test_steps_per_execution_changes_neither_the_result_nor_the_logging_steps(prepared_image, tmp_path):
     """Several optimizer steps per compiled call: bit-identical weights, the same step metrics at the same
     steps, checkpoints at the same steps (calls end on every logging and checkpoint step)."""
+    from tfpipe.hooks import Hook
+
+    class CallEnds(Hook):  # the global step after every compiled call
+        def __init__(self):
+            self.steps = []
+
+        def on_steps_end(self, step):
+            self.steps.append(step)
+
     runs = {}
     for spe in (1, 3):
-        sink = ListSink()
+        sink, calls = ListSink(), CallEnds()
         cfg = _image_cfg(
             "train.epochs=2",
-            "train.log_every_steps=2",
-            "train.checkpoint_every_steps=4",
+            "train.log_every_steps=6",
+            "train.checkpoint_every_steps=6",
             "train.max_checkpoints_to_keep=10",
             f"train.steps_per_execution={spe}",
             "train.tensorboard=false",
         )
         out = tmp_path / f"spe{spe}"
-        result = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out, sink=sink)
+        result = training.train(
+            cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out, sink=sink, hooks=[calls]
+        )
         ckpts = sorted(
             int(p.name.split("-")[1].split(".")[0]) for p in (out / "checkpoints").glob("ckpt-*.index")
         )
-        runs[spe] = (result, sink, ckpts)
-    (one, sink1, ckpts1), (three, sink3, ckpts3) = runs[1], runs[3]
+        runs[spe] = (result, sink, ckpts, calls.steps)
+    (one, sink1, ckpts1, calls1), (three, sink3, ckpts3, calls3) = runs[1], runs[3]
+    assert calls1 == list(range(1, 11))
+    # 3-step calls, cut at the epoch end (step 5) and at the logging/checkpoint step 6
+    assert calls3 == [3, 5, 6, 9, 10]
     assert one.steps == three.steps == 2 * IMAGE_STEPS
     assert three.weights_sha256 == one.weights_sha256
     steps1 = [s for s, _ in sink1.rows("train_loss")]
-    assert (
-        steps1 == [s for s, _ in sink3.rows("train_loss")] == [2, 4, 5, 6, 8, 10]
-    )  # every 2nd + epoch tails
+    assert steps1 == [s for s, _ in sink3.rows("train_loss")] == [5, 6, 10]  # every 6th + epoch tails
     for (_, a), (_, b) in zip(sink1.rows("train_loss"), sink3.rows("train_loss")):
         assert a["train_loss"] == b["train_loss"] and a["train_accuracy"] == b["train_accuracy"]
-    assert ckpts1 == ckpts3 == [4, 5, 8, 10]  # every 4th step and every epoch end
+    assert ckpts1 == ckpts3 == [5, 6, 10]  # every 6th step and every epoch end

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from tfpipe import determinism, distribute, monitoring, precision
-from tfpipe.hooks import CheckpointHook, MetricsSink, SinkHook, StopHook
+from tfpipe.hooks import CheckpointHook, Hook, MetricsSink, SinkHook, StopHook
 from tfpipe.training.loop import Loop, Schedule
 from tfpipe.training.optim import lr_scale
 from tfpipe.training.runners import build_runner
@@ -50,16 +50,19 @@ class TrainResult:
     workdir: Optional[WorkDir] = None  # the work directory (files of the newest checkpoint, ...)
 
 
-def train(cfg, *, prepared_dir, output_dir, sink: Optional[MetricsSink] = None) -> TrainResult:
+def train(
+    cfg, *, prepared_dir, output_dir, sink: Optional[MetricsSink] = None, hooks: Sequence[Hook] = ()
+) -> TrainResult:
     """Train cfg.model on the prepared TFRecords, checkpointing into output_dir/checkpoints and exporting
-    output_dir/saved_model; resumes from the newest checkpoint there if any."""
+    output_dir/saved_model; resumes from the newest checkpoint there if any. `hooks`: more `tfpipe.hooks.Hook`s,
+    called after the built-in ones (as Lightning callbacks are)."""
     distribute.configure_devices(cfg.strategy)  # logical CPUs: before anything initialises TF's devices
     settings = determinism.setup(cfg.train.seed, cfg.train.deterministic)
     with precision.policy_scope(cfg.precision) as policy:
         strategy = distribute.build_strategy(cfg.strategy)
         global_batch = cfg.train.batch_size_per_replica * strategy.num_replicas_in_sync
         task = Task.from_prepared(cfg, Path(prepared_dir), global_batch)
-        result = _train(cfg, task, strategy, policy, WorkDir(Path(output_dir)), sink)
+        result = _train(cfg, task, strategy, policy, WorkDir(Path(output_dir)), sink, list(hooks))
     result.determinism = settings
     return result
 
@@ -73,7 +76,7 @@ def _steps_per_epoch(tc, task: Task, runner) -> int:
     return max(micro // tc.grad_accumulation_steps, 1)
 
 
-def _train(cfg, task: Task, strategy, policy: str, workdir: WorkDir, sink) -> TrainResult:
+def _train(cfg, task: Task, strategy, policy: str, workdir: WorkDir, sink, extra_hooks: list) -> TrainResult:
     tc = cfg.train
     runner = build_runner(strategy, task)
     steps_per_epoch = _steps_per_epoch(tc, task, runner)
@@ -88,7 +91,7 @@ def _train(cfg, task: Task, strategy, policy: str, workdir: WorkDir, sink) -> Tr
     runner.start(steps, start_epoch, start_epoch_step)
     hooks = [SinkHook(sink)] if (sink is not None and chief) else []
     hooks += [CheckpointHook(workdir, steps), StopHook()]
-    hooks += monitoring.hooks_from_config(
+    hooks += extra_hooks + monitoring.hooks_from_config(
         tc, workdir.path, chief=chief, model=steps.model, optimizer=steps.optimizer
     )
     # Optimizer steps per compiled call; 1 while profiling, so the trace starts and stops at its exact steps.
