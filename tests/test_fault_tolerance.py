@@ -216,6 +216,46 @@ def test_killed_training_resumes_to_the_same_weights_in_the_same_run(
     assert sorted(epochs) == list(range(40))
 
 
+# The defaults' cadence: 10 steps per compiled call, step metrics every 50 steps, checkpoints every 500 (so
+# only at epoch ends here). Batch 2 -> 10 steps per epoch, so every call is a full 10-step call.
+DEFAULT_CADENCE = [
+    *[
+        o
+        for o in SUBPROCESS_TINY
+        if not o.startswith(("train.log_every_steps", "train.checkpoint_every_steps"))
+    ],
+    "train.batch_size_per_replica=2",
+    "train.epochs=20",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_resume_with_the_default_cadence_is_bit_identical_and_logs_each_step_once(
+    prepared_image, tmp_path, sig
+):
+    def command(project_name):
+        project, cmd, env = _project(tmp_path, prepared_image.prepared_dir, project_name)
+        cmd = [c for c in cmd if c not in SUBPROCESS_TINY] + DEFAULT_CADENCE
+        return project, cmd, env
+
+    reference, cmd, env = command("reference")
+    _run(cmd, reference, env)
+    project, cmd, env = command("project")
+    _start_and_signal(cmd, project, env, sig, after_step=30)
+    assert 30 <= _latest_step(project) < 200
+    _run(cmd, project, env)
+    assert _weights(project) == _weights(reference)
+    client, runs = _store(project)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "train_loss")]
+    # every epoch end (each 10th step; the 50-step cadence falls on epoch ends too), each exactly once
+    assert sorted(steps) == list(range(10, 201, 10))
+    assert sorted(m.step for m in client.get_metric_history(runs[0].info.run_id, "val_loss")) == list(
+        range(20)
+    )
+
+
 @pytest.mark.slow
 def test_a_crash_marks_the_run_failed(prepared_image, tmp_path):
     """An exception mid-stage (here: the TensorBoard folder cannot be created) ends the run FAILED."""
@@ -228,3 +268,23 @@ def test_a_crash_marks_the_run_failed(prepared_image, tmp_path):
     assert proc.returncode not in (0, 143), proc.stderr[-3000:]
     client, runs = _store(project)
     assert len(runs) == 1 and runs[0].info.status == "FAILED"
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(prepared_image, tmp_path, caplog):
+    """A truncated newest checkpoint (a full disk, a crash mid-copy): the stage resumes from the intact one
+    before it, says so in one line, and ends where an uninterrupted run ends."""
+    prepared = prepared_image.prepared_dir
+    reference = training.train(_cfg("train.epochs=2"), prepared_dir=prepared, output_dir=tmp_path / "ref")
+    out = tmp_path / "damaged"
+    training.train(
+        _cfg("train.epochs=1", "train.checkpoint_every_steps=2"), prepared_dir=prepared, output_dir=out
+    )  # checkpoints at steps 2, 4, 5 (epoch end)
+    data = next((out / "checkpoints").glob("ckpt-5.data-*"))
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    with caplog.at_level("WARNING", logger="tfpipe.workdir"):
+        resumed = training.train(
+            _cfg("train.epochs=2", "train.checkpoint_every_steps=2"), prepared_dir=prepared, output_dir=out
+        )
+    assert resumed.resumed_at_step == 4
+    assert any("ckpt-5" in r.getMessage() and "\n" not in r.getMessage() for r in caplog.records)
+    assert resumed.steps == reference.steps and resumed.weights_sha256 == reference.weights_sha256

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from tfpipe import files
-from tfpipe.errors import UserError
+from tfpipe.errors import UserError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -96,20 +96,51 @@ class WorkDir:
             self._scratch = Path(tempfile.mkdtemp(prefix="tfpipe-worker-"))
             directory = self._scratch / CHECKPOINTS
         self._manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=max_to_keep)
-        latest = tf.train.latest_checkpoint(str(self.checkpoint_dir))
-        if latest is None:
+        restored = self._restore_newest_readable(checkpoint)
+        if restored is None:
             return False
-        try:
-            checkpoint.restore(latest).assert_existing_objects_matched()
-        except (AssertionError, ValueError, tf.errors.OpError) as exc:
-            raise UserError(
-                f"{self.checkpoint_dir}: cannot resume from {Path(latest).name} (was it written for another model "
-                f"or optimizer?); delete the folder to start over ({str(exc).splitlines()[0]})"
-            ) from None
         epoch = int(checkpoint.epoch.numpy())
         self.history = self._read_history()[:epoch]
-        log.info("resuming from %s: epoch %d, step %d", latest, epoch, int(checkpoint.step.numpy()))
+        log.info("resuming from %s: epoch %d, step %d", restored, epoch, int(checkpoint.step.numpy()))
         return True
+
+    def _restore_newest_readable(self, checkpoint) -> Optional[str]:
+        """Restore the newest checkpoint that reads back; a damaged one (truncated by a full disk or a crash
+        mid-copy) is skipped for the one before it, in one line. A checkpoint of another model or optimizer
+        stops the stage with one line. None when there is no checkpoint."""
+        import tensorflow as tf
+
+        state = tf.train.get_checkpoint_state(str(self.checkpoint_dir))
+        if state is None or not state.model_checkpoint_path:
+            return None
+        candidates = list(reversed(state.all_model_checkpoint_paths or [state.model_checkpoint_path]))
+        newest_error = None
+        for path in candidates:
+            try:
+                checkpoint.restore(path).assert_existing_objects_matched()
+            except (AssertionError, ValueError) as exc:
+                raise UserError(
+                    f"{self.checkpoint_dir}: cannot resume from {Path(path).name} (was it written for another "
+                    f"model or optimizer?); delete the folder to start over ({one_line(exc, 200)})"
+                ) from None
+            except (IndexError, OSError, tf.errors.OpError) as exc:  # unreadable: try the one before it
+                newest_error = (
+                    newest_error or f"{Path(path).name}: {type(exc).__name__}: {one_line(exc, 200)}"
+                )
+                log.warning(
+                    "checkpoint %s is damaged (%s); trying the one before it", path, one_line(exc, 200)
+                )
+                continue
+            if path != candidates[0]:
+                log.warning(
+                    "resumed from %s: the newer checkpoint(s) could not be read (%s)",
+                    Path(path).name,
+                    newest_error,
+                )
+            return path
+        raise UserError(
+            f"{self.checkpoint_dir}: no readable checkpoint ({newest_error}); delete the folder to start over"
+        )
 
     def save_checkpoint(self, step: int) -> None:
         self._manager.save(checkpoint_number=step)
