@@ -288,3 +288,50 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(prepared_image
     assert resumed.resumed_at_step == 4
     assert any("ckpt-5" in r.getMessage() and "\n" not in r.getMessage() for r in caplog.records)
     assert resumed.steps == reference.steps and resumed.weights_sha256 == reference.weights_sha256
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 8 MB filesystem (tmpfs), mounted when the tests run as root (as CI does)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    mountpoint = tmp_path / "small"
+    mountpoint.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mountpoint)]).returncode != 0:
+        pytest.skip("this machine does not allow mounting a tmpfs")
+    yield mountpoint
+    subprocess.run(["umount", "-l", str(mountpoint)])
+
+
+def test_a_full_disk_while_saving_stops_in_one_line_and_the_same_command_resumes(
+    prepared_image, tmp_path, small_disk
+):
+    from tfpipe.errors import UserError
+    from tfpipe.hooks import Hook
+
+    filler = small_disk / "filler"
+
+    class FillTheDiskAfterStep2(Hook):  # after the save of step 2, another writer takes all the space
+        def on_checkpoint(self, step, epoch, epoch_step):
+            if step == 2:
+                with filler.open("wb") as fh:
+                    try:
+                        while True:
+                            fh.write(b"\0" * 65536)
+                    except OSError:
+                        pass
+
+    cfg = _cfg("train.epochs=2", "train.checkpoint_every_steps=2", "train.tensorboard=false")
+    out = small_disk / "models" / "cifar10"
+    reference = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path / "ref")
+    with pytest.raises(UserError) as info:
+        training.train(
+            cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out, hooks=[FillTheDiskAfterStep2()]
+        )
+    message = str(info.value)
+    assert "\n" not in message and str(out / "checkpoints") in message and "no space left" in message
+    assert "resumes from ckpt-2" in message
+    assert not list((out / "checkpoints").glob("*_temp*"))  # no half-written save left looking like one
+    filler.unlink()  # the operator frees space; the same command resumes
+    resumed = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out)
+    assert resumed.resumed_at_step == 2 and resumed.weights_sha256 == reference.weights_sha256

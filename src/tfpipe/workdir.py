@@ -96,6 +96,7 @@ class WorkDir:
             self._scratch = Path(tempfile.mkdtemp(prefix="tfpipe-worker-"))
             directory = self._scratch / CHECKPOINTS
         self._manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=max_to_keep)
+        self._remove_partial_saves()  # left by a save that a full disk or a kill interrupted
         restored = self._restore_newest_readable(checkpoint)
         if restored is None:
             return False
@@ -143,7 +144,41 @@ class WorkDir:
         )
 
     def save_checkpoint(self, step: int) -> None:
-        self._manager.save(checkpoint_number=step)
+        """Save ckpt-<step>; a full disk or a read-only folder stops the stage with one line (the checkpoints
+        before it stay intact, and the same command resumes from the newest once the cause is fixed)."""
+        import tensorflow as tf
+
+        try:
+            self._manager.save(checkpoint_number=step)
+        except (tf.errors.OpError, OSError) as exc:
+            self._remove_partial_saves()
+            raise UserError(self._save_failed(step, exc)) from None
+
+    def _save_failed(self, step: int, exc: BaseException) -> str:
+        import tensorflow as tf
+
+        text = one_line(exc, 200)
+        previous = self._manager.latest_checkpoint if self._manager else None
+        size = (
+            sum(p.stat().st_size for p in self.checkpoint_dir.glob(f"{Path(previous).name}.*"))
+            if previous
+            else 0
+        )
+        if "space left" in text.lower() or isinstance(exc, tf.errors.ResourceExhaustedError):
+            cause = f"no space left on the device (a checkpoint needs about {size / 1e6:.1f} MB)"
+        elif "permission" in text.lower() or "read-only" in text.lower():
+            cause = "the folder is not writable"
+        else:
+            cause = text
+        resume = f"it resumes from {Path(previous).name}" if previous else "it starts over"
+        return f"{self.checkpoint_dir}: cannot save checkpoint ckpt-{step}: {cause}; fix that and run the same command again: {resume}"
+
+    def _remove_partial_saves(self) -> None:
+        """What an interrupted save leaves behind (TensorFlow writes `<prefix>_temp/` first, then renames)."""
+        for partial in self.checkpoint_dir.glob("*_temp*"):
+            shutil.rmtree(partial, ignore_errors=True) if partial.is_dir() else partial.unlink(
+                missing_ok=True
+            )
 
     @property
     def export_dir(self) -> Path:
