@@ -158,6 +158,23 @@ def _record(run: Run, run_file: Path, uri: str) -> None:
         raise TrackingError(f"{run_file}: cannot write the run file ({exc.strerror or exc})") from None
 
 
+def _handle(active, uri, client, stage, env_run_id, reset_uri, flush_every, flush_seconds, name=None) -> Run:
+    """Our handle on the fluent run MLflow just opened (named `name`, else as MLflow has it)."""
+    info = active.info
+    return Run(
+        run_id=info.run_id,
+        experiment_id=info.experiment_id,
+        tracking_uri=uri,
+        run_name=name or info.run_name,
+        stage=stage,
+        client=client,
+        env_run_id=env_run_id,
+        flush_every=flush_every,
+        flush_seconds=flush_seconds,
+        reset_tracking_uri=reset_uri,
+    )
+
+
 def start_run(
     cfg,
     project_root,
@@ -185,18 +202,7 @@ def start_run(
     finally:
         if mlflow.active_run() is None:
             reset_tracking_uri(reset_uri)
-    run = Run(
-        run_id=active.info.run_id,
-        experiment_id=active.info.experiment_id,
-        tracking_uri=uri,
-        run_name=name,
-        stage=stage,
-        client=client,
-        env_run_id=env_run_id,
-        flush_every=flush_every,
-        flush_seconds=flush_seconds,
-        reset_tracking_uri=reset_uri,
-    )
+    run = _handle(active, uri, client, stage, env_run_id, reset_uri, flush_every, flush_seconds, name)
     if resume_run_id:
         _mark_resume(run, client, uri, resume_run_id, reopen)
     _record(run, root / cfg.tracking.run_file, uri)
@@ -231,18 +237,7 @@ def resume_run(
     except BaseException:
         reset_tracking_uri(reset_uri)
         raise
-    run = Run(
-        run_id=run_id,
-        experiment_id=active.info.experiment_id,
-        tracking_uri=uri,
-        run_name=active.info.run_name,
-        stage=stage,
-        client=client,
-        env_run_id=env_run_id,
-        flush_every=flush_every,
-        flush_seconds=flush_seconds,
-        reset_tracking_uri=reset_uri,
-    )
+    run = _handle(active, uri, client, stage, env_run_id, reset_uri, flush_every, flush_seconds)
     log.info("MLflow run %s re-opened for %s", run_id, stage)
     return run
 
