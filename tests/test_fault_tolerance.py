@@ -270,6 +270,7 @@ def test_a_crash_marks_the_run_failed(prepared_image, tmp_path):
     assert len(runs) == 1 and runs[0].info.status == "FAILED"
 
 
+@pytest.mark.slow
 def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(prepared_image, tmp_path, caplog):
     """A truncated newest checkpoint (a full disk, a crash mid-copy): the stage resumes from the intact one
     before it, says so in one line, and ends where an uninterrupted run ends."""
@@ -303,6 +304,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mountpoint)])
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_saving_stops_in_one_line_and_the_same_command_resumes(
     prepared_image, tmp_path, small_disk
 ):
