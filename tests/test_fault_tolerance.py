@@ -185,7 +185,8 @@ def reference_weights(prepared_image, tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "sig, code, status", [(signal.SIGKILL, -9, "RUNNING"), (signal.SIGTERM, 143, "KILLED")]
+    "sig, code, status",
+    [(signal.SIGKILL, -9, "RUNNING"), (signal.SIGTERM, 143, "KILLED"), (signal.SIGINT, 130, "KILLED")],
 )
 def test_killed_training_resumes_to_the_same_weights_in_the_same_run(
     prepared_image, tmp_path, reference_weights, sig, code, status
@@ -198,8 +199,9 @@ def test_killed_training_resumes_to_the_same_weights_in_the_same_run(
     assert not (project / "models" / "cifar10" / "training_state.json").exists()
     client, runs = _store(project)
     assert len(runs) == 1 and runs[0].info.status == status  # kill -9 leaves it RUNNING: nothing can run then
-    if sig == signal.SIGTERM:
-        assert "interrupted (stopped by SIGTERM" in out and f"checkpoint saved at step {stopped_at}" in out
+    if sig != signal.SIGKILL:  # Ctrl-C and a cluster manager's stop: a checkpoint at that very step
+        name = signal.Signals(sig).name
+        assert f"interrupted (stopped by {name}" in out and f"checkpoint saved at step {stopped_at}" in out
 
     _run(cmd, project, env)  # the same command again
     assert _weights(project) == reference_weights
@@ -289,6 +291,44 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(prepared_image
     assert resumed.resumed_at_step == 4
     assert any("ckpt-5" in r.getMessage() and "\n" not in r.getMessage() for r in caplog.records)
     assert resumed.steps == reference.steps and resumed.weights_sha256 == reference.weights_sha256
+
+
+def _damage(checkpoints: Path, case: str) -> None:
+    """Real damage to the newest checkpoint (ckpt-5) of a run with checkpoints at steps 2, 4, 5."""
+    if case == "truncated index":
+        index = checkpoints / "ckpt-5.index"
+        index.write_bytes(index.read_bytes()[:10])
+    elif case == "missing index":
+        (checkpoints / "ckpt-5.index").unlink()
+    elif case == "state names a missing checkpoint":
+        for part in checkpoints.glob("ckpt-5.*"):
+            part.unlink()
+    elif case == "every checkpoint damaged":
+        for data in checkpoints.glob("ckpt-*.data-*"):
+            data.write_bytes(b"")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case",
+    ["truncated index", "missing index", "state names a missing checkpoint", "every checkpoint damaged"],
+)
+def test_damaged_checkpoints_fall_back_or_stop_in_one_line(prepared_image, tmp_path, case):
+    from tfpipe.errors import UserError
+
+    prepared, out = prepared_image.prepared_dir, tmp_path / "run"
+    cfg = _cfg("train.epochs=1", "train.checkpoint_every_steps=2")
+    training.train(cfg, prepared_dir=prepared, output_dir=out)
+    _damage(out / "checkpoints", case)
+    again = _cfg("train.epochs=2", "train.checkpoint_every_steps=2")
+    if case == "every checkpoint damaged":
+        with pytest.raises(UserError) as info:
+            training.train(again, prepared_dir=prepared, output_dir=out)
+        message = str(info.value)
+        assert "\n" not in message and "no readable checkpoint" in message and "delete the folder" in message
+        return
+    resumed = training.train(again, prepared_dir=prepared, output_dir=out)
+    assert resumed.resumed_at_step == 4 and resumed.steps == 10
 
 
 @pytest.fixture
