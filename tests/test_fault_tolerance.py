@@ -345,35 +345,48 @@ def small_disk(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_full_disk_while_saving_stops_in_one_line_and_the_same_command_resumes(
-    prepared_image, tmp_path, small_disk
+@pytest.mark.parametrize("fault, cause", [("full", "no space left"), ("read-only", "not writable")])
+def test_a_full_or_read_only_disk_while_saving_stops_in_one_line_and_the_same_command_resumes(
+    prepared_image, tmp_path, small_disk, fault, cause
 ):
     from tfpipe.errors import UserError
     from tfpipe.hooks import Hook
 
     filler = small_disk / "filler"
 
-    class FillTheDiskAfterStep2(Hook):  # after the save of step 2, another writer takes all the space
+    def break_the_disk():
+        if fault == "read-only":
+            subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+            return
+        with filler.open("wb") as fh:  # another writer takes all the space
+            try:
+                while True:
+                    fh.write(b"\0" * 65536)
+            except OSError:
+                pass
+
+    def repair_the_disk():
+        if fault == "read-only":
+            subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+        else:
+            filler.unlink()
+
+    class BreakTheDiskAfterStep2(Hook):  # runs after the built-in hooks: the save of step 2 is complete
         def on_checkpoint(self, step, epoch, epoch_step):
             if step == 2:
-                with filler.open("wb") as fh:
-                    try:
-                        while True:
-                            fh.write(b"\0" * 65536)
-                    except OSError:
-                        pass
+                break_the_disk()
 
     cfg = _cfg("train.epochs=2", "train.checkpoint_every_steps=2", "train.tensorboard=false")
     out = small_disk / "models" / "cifar10"
     reference = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path / "ref")
     with pytest.raises(UserError) as info:
         training.train(
-            cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out, hooks=[FillTheDiskAfterStep2()]
+            cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out, hooks=[BreakTheDiskAfterStep2()]
         )
     message = str(info.value)
-    assert "\n" not in message and str(out / "checkpoints") in message and "no space left" in message
+    assert "\n" not in message and str(out / "checkpoints") in message and cause in message, message
     assert "resumes from ckpt-2" in message
+    repair_the_disk()  # the operator fixes it; the same command resumes
     assert not list((out / "checkpoints").glob("*_temp*"))  # no half-written save left looking like one
-    filler.unlink()  # the operator frees space; the same command resumes
     resumed = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out)
     assert resumed.resumed_at_step == 2 and resumed.weights_sha256 == reference.weights_sha256
