@@ -69,3 +69,22 @@ def test_model_under_mixed_bfloat16_computes_in_bf16_and_outputs_float32(make_co
     out = model(images, training=False)
     assert out.dtype == tf.float32
     np.testing.assert_allclose(out.numpy().sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_auto_on_every_kind_of_host(tmp_path):
+    """precision=auto on hosts this machine is not: device descriptions and CPU flags as TensorFlow and
+    /proc/cpuinfo give them, and the policy each host must get (written out, not computed by the code)."""
+    from tfpipe.hardware import resolve_policy
+
+    amx, avx2 = tmp_path / "amx", tmp_path / "avx2"
+    amx.write_text("model name\t: Intel Xeon\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
+    avx2.write_text("model name\t: AMD EPYC\nflags\t\t: fpu avx2 fma\n")
+    ampere, turing = {"compute_capability": (8, 0), "device_name": "A100"}, {"compute_capability": (7, 5)}
+    assert resolve_policy("auto", details=[ampere], cpuinfo_path=str(avx2)) == "mixed_bfloat16"
+    assert resolve_policy("auto", details=[ampere, ampere], cpuinfo_path=str(avx2)) == "mixed_bfloat16"
+    assert resolve_policy("auto", details=[turing], cpuinfo_path=str(amx)) == "float32"  # the GPU decides
+    assert resolve_policy("auto", details=[ampere, turing], cpuinfo_path=str(amx)) == "float32"  # every GPU
+    assert resolve_policy("auto", details=[{}], cpuinfo_path=str(amx)) == "float32"  # capability unknown
+    assert resolve_policy("auto", details=[], cpuinfo_path=str(amx)) == "mixed_bfloat16"  # no GPU: the CPU
+    assert resolve_policy("auto", details=[], cpuinfo_path=str(avx2)) == "float32"
+    assert resolve_policy("float32", details=[ampere]) == "float32"  # an explicit policy stays

@@ -33,27 +33,32 @@ def cpu_has_fast_bf16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
     return False
 
 
-def gpus_have_bf16() -> Optional[bool]:
-    """None without GPUs; else whether every GPU has compute capability >= 8.0 (Ampere+: bf16 tensor cores)."""
+def gpu_details() -> list[dict]:
+    """TensorFlow's device description of every GPU (empty, without starting TensorFlow, when there is none)."""
     if not has_gpu_device_files():
-        return None  # no GPU here: decided without starting TensorFlow
+        return []
     import tensorflow as tf
 
-    gpus = tf.config.list_physical_devices("GPU")
-    if not gpus:
+    return [
+        tf.config.experimental.get_device_details(g) or {} for g in tf.config.list_physical_devices("GPU")
+    ]
+
+
+def gpus_have_bf16(details: Optional[list] = None) -> Optional[bool]:
+    """None without GPUs; else whether every GPU has compute capability >= 8.0 (Ampere+: bf16 tensor cores).
+    `details`: the GPUs' device descriptions (default: this host's)."""
+    details = gpu_details() if details is None else details
+    if not details:
         return None
-    for gpu in gpus:
-        cc = (tf.config.experimental.get_device_details(gpu) or {}).get("compute_capability")
-        if not cc or tuple(cc) < (8, 0):
-            return False
-    return True
+    return all(tuple(d.get("compute_capability") or (0, 0)) >= (8, 0) for d in details)
 
 
-def resolve_policy(name: str) -> str:
-    """`auto` -> mixed_bfloat16 on GPUs with bf16 (compute capability >= 8.0) or, without GPUs, on CPUs
-    with AMX/AVX512-BF16 (1.37x on cnn, 1.51x on resnet on the AMX machine, docs/benchmarks.md); float32 otherwise. Other names as given."""
+def resolve_policy(name: str, *, details: Optional[list] = None, cpuinfo_path: str = "/proc/cpuinfo") -> str:
+    """`auto` -> mixed_bfloat16 on GPUs with bf16 (compute capability >= 8.0) or, without GPUs, on CPUs with
+    AMX/AVX512-BF16 (1.37x on cnn, 1.51x on resnet on the AMX machine, docs/benchmarks.md); float32 otherwise.
+    Other names as given. `details` / `cpuinfo_path`: another host's GPUs / CPU flags (default: this host's)."""
     if name != AUTO:
         return name
-    gpu = gpus_have_bf16()
-    fast = gpu if gpu is not None else cpu_has_fast_bf16()
+    gpu = gpus_have_bf16(details)
+    fast = gpu if gpu is not None else cpu_has_fast_bf16(cpuinfo_path)
     return "mixed_bfloat16" if fast else "float32"
