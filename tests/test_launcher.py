@@ -279,3 +279,28 @@ def test_a_dead_worker_restarts_the_job_which_resumes_in_the_same_run(prepared_i
     assert runs[0].data.tags["tfpipe.resumes"] == "1"
     epochs = sorted(m.step for m in client.get_metric_history(runs[0].info.run_id, "val_loss"))
     assert epochs == list(range(8)), "every epoch's metrics exactly once"
+
+
+@pytest.mark.parametrize("strategy, num_ps", [("multi_worker_mirrored", 0), ("parameter_server", 1)])
+def test_k8s_manifests_of_every_strategy_are_valid_kubernetes(strategy, num_ps):
+    """Every rendered document against the Kubernetes API schema, offline and strict (unknown fields refused)."""
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    from kubernetes_validate.utils import latest_version
+
+    text = cluster.render_k8s(
+        "demo",
+        "registry.example/tfpipe:1",
+        strategy=strategy,
+        num_workers=2,
+        num_ps=num_ps,
+        overrides=["train.epochs=5", "tracking.uri=http://mlflow:5000"],
+    )
+    docs = list(yaml.safe_load_all(text))
+    assert [d["kind"] for d in docs] == ["Service"] + ["Pod"] * (
+        2 + num_ps + (strategy == "parameter_server")
+    )
+    for doc in docs:
+        kubernetes_validate.validate(doc, latest_version(), strict=True)  # raises on any schema error
+    broken = {**docs[1], "spec": {**docs[1]["spec"], "restartPolicyy": "Never"}}  # a typo'd field
+    with pytest.raises(kubernetes_validate.ValidationError):  # the check itself can fail
+        kubernetes_validate.validate(broken, latest_version(), strict=True)
