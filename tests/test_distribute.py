@@ -134,6 +134,7 @@ def local_multi_replica(prepared_image, tmp_path_factory):
     return json.loads(line[len("RESULT ") :])
 
 
+@pytest.mark.slow  # one subprocess trains every local multi-replica strategy (about 15 s)
 @pytest.mark.parametrize(
     "key, cls",
     [

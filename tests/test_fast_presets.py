@@ -86,6 +86,7 @@ def test_hashed_ngrams_keep_padding_and_hash_after_the_vocabulary():
     assert again[0, 6] == out[0, 5]
 
 
+@pytest.mark.slow  # trains and exports a model (about 20 s)
 def test_ngram_bag_exports_raw_strings(tmp_path):
     cfg = _cfg("dataset=imdb", "model=ngram_bag", "dataset.sequence_length=12", "model.hash_buckets=64")
     model = models.build_model(cfg, num_classes=2, vocab_size=len(VOCAB))

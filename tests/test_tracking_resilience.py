@@ -131,6 +131,7 @@ def _history(url, run_id, key):
     return MlflowClient(tracking_uri=url).get_metric_history(run_id, key)
 
 
+@pytest.mark.slow  # a real mlflow server stopped, restarted and frozen (about 30 s)
 def test_metrics_survive_server_restarts_mid_run_and_at_close(server, cfg, tmp_path, monkeypatch):
     from tfpipe import tracking
     from tfpipe.tracking import sink as run_module
