@@ -3,11 +3,14 @@
 #
 #   scripts/audit_deps.sh [REQUIREMENTS]        # default: requirements.lock
 #
-# Exit codes: 0 no known vulnerability, 1 vulnerabilities found (listed), 2 pip-audit failed otherwise,
-#             3 the vulnerability database could not be reached (offline?): NOTHING was checked,
+# Exit codes: 0 every package checked, no known vulnerability; 1 vulnerabilities found (listed),
+#             2 pip-audit failed otherwise, 3 UNCHECKED: the vulnerability database could not be reached or
+#             answered with an error, or ANY package could not be audited (named): the audit is incomplete,
 #             4 pip-audit is not installed (pip install pip-audit==2.10.1, or set PIP_AUDIT=/path/to/pip-audit).
 # Every package is pinned with ==, so pip-audit checks the pins as listed (--no-deps --disable-pip) and
 # installs nothing. Set PIP_AUDIT_ARGS for extra flags (e.g. "--ignore-vuln GHSA-xxxx" with a reason in git).
+# Another advisory source (a mirror; the tests' local fixture): PIP_AUDIT_VULNERABILITY_SERVICE=osv and
+# PIP_AUDIT_OSV_URL=https://mirror/v1/query, which pip-audit reads itself.
 set -uo pipefail
 
 here="${BASH_SOURCE[0]%/*}"
@@ -44,11 +47,12 @@ from pathlib import Path
 tmp, rc, reqs = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 stderr = (tmp / "stderr").read_text(errors="replace")
 network = re.search(r"ConnectionError|NameResolutionError|Max retries exceeded|Connection refused|"
-                    r"Temporary failure in name resolution|timed out|ProxyError|SSLError", stderr)
+                    r"Temporary failure in name resolution|timed out|ProxyError|SSLError|ServiceError|HTTPError",
+                    stderr)
 report_file = tmp / "report.json"
 if not report_file.is_file() or not report_file.read_text().strip():
     if network:
-        print(f"audit: UNCHECKED: the vulnerability database is unreachable ({network.group(0)}); "
+        print(f"audit: UNCHECKED: the vulnerability database is unreachable or failed ({network.group(0)}); "
               f"nothing in {reqs} was audited. Run this with network access to PyPI.", file=sys.stderr)
         sys.exit(3)
     last = [l for l in stderr.splitlines() if l.strip()][-1:] or ["no output"]
@@ -73,5 +77,11 @@ for d in vulnerable:
 for d in skipped:
     print(f"skipped {d['name']}: {d['skip_reason']}", file=sys.stderr)
 print(f"audit: {len(audited)} packages checked, {len(vulnerable)} vulnerable, {len(skipped)} skipped ({reqs})")
-sys.exit(1 if vulnerable else 0)
+if vulnerable:
+    sys.exit(1)
+if skipped:  # an incomplete audit must not pass as a clean one
+    print(f"audit: UNCHECKED: {len(skipped)} package(s) could not be audited: "
+          f"{', '.join(d['name'] for d in skipped)}", file=sys.stderr)
+    sys.exit(3)
+sys.exit(0)
 PY

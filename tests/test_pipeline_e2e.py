@@ -188,6 +188,50 @@ def test_second_repro_is_a_no_op(repro_project):
     )
 
 
+def _clone_with_raw_data(project: Path, name: str, env: dict) -> Path:
+    clone = project.parent / name
+    _run(["git", "clone", "-q", str(project), str(clone)], project.parent, env)
+    shutil.copytree(project / "data" / "raw", clone / "data" / "raw", dirs_exist_ok=True)  # the shared source
+    return clone
+
+
+def test_dvc_push_then_pull_into_a_clone_makes_repro_a_no_op(repro_project):
+    project, env, _ = repro_project
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    _run([*git, "add", "-A"], project, env)
+    _run([*git, "commit", "-qm", "repro results"], project, env)
+    remote = project.parent / "tfpipe-dvc-remote"  # the default remote of .dvc/config: next to the project
+    assert str(remote) in _run([sys.executable, "-m", "dvc", "remote", "list"], project, env)
+    _run([sys.executable, "-m", "dvc", "push"], project, env)
+
+    clone = _clone_with_raw_data(project, "clone", env)
+    assert not (clone / "models").exists()
+    _run([sys.executable, "-m", "dvc", "pull"], clone, env)
+    assert (clone / "models" / "cifar10" / "saved_model" / "saved_model.pb").is_file()
+    assert (clone / "run.json").read_text() == (project / "run.json").read_text()
+    out = _run([sys.executable, "-m", "dvc", "repro"], clone, env)
+    for stage in ("prepare", "train", "evaluate"):
+        assert f"Running stage '{stage}'" not in out, out
+
+
+def test_dvc_pull_refuses_a_file_the_remote_altered(repro_project):
+    """.dvc/config sets `verify = true` on the team remote: a pulled file is re-hashed against its name."""
+    project, env, _ = repro_project
+    remote = project.parent / "tfpipe-dvc-remote"
+    lock = yaml.safe_load((project / "dvc.lock").read_text())
+    md5 = next(o["md5"] for o in lock["stages"]["train"]["outs"] if o["path"] == "run.json")
+    stored = remote / "files" / "md5" / md5[:2] / md5[2:]
+    assert stored.is_file(), "run `dvc push` first (the previous test)"
+    stored.write_text('{"run_id": "forged"}\n')  # an altered remote: same name, other content
+
+    clone = _clone_with_raw_data(project, "clone-altered", env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dvc", "pull"], cwd=clone, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "forged" not in ((clone / "run.json").read_text() if (clone / "run.json").exists() else "")
+
+
 def test_dvc_exp_run_composes_conf_for_imdb(repro_project):
     """`dvc exp run -S dataset=imdb` recomposes params.yaml from conf/ and runs the text pipeline."""
     project, env, _ = repro_project

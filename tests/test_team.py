@@ -487,35 +487,6 @@ def test_two_pipelines_at_once_on_the_server_are_complete_and_separate(
     print(f"two pipelines at once on the server: {server_projects['seconds']:.0f} s")
 
 
-# ----------------------------------------------------------------------------- DVC remote
-
-
-def test_dvc_push_then_pull_into_a_clone_makes_repro_a_no_op(server_projects):
-    project, env = server_projects["projects"]["alice"]
-    env = {k: v for k, v in env.items() if not k.startswith("MLFLOW_")}  # the clone needs no tracking server
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-    _run([*git, "add", "-A"], project, env)
-    _run([*git, "commit", "-qm", "repro results"], project, env)
-    remote = project.parent / "tfpipe-dvc-remote"  # the default remote of .dvc/config: next to the project
-    assert str(remote) in _run([sys.executable, "-m", "dvc", "remote", "list"], project, env)
-    _run([sys.executable, "-m", "dvc", "push"], project, env)
-    assert remote.is_dir() and any(remote.rglob("*"))
-
-    clone = project.parent / "clone"
-    _run(["git", "clone", "-q", str(project), str(clone)], project.parent, env)
-    shutil.copytree(
-        project / "data" / "raw", clone / "data" / "raw", dirs_exist_ok=True
-    )  # raw data: from the shared source
-    assert not (clone / "models").exists()
-    _run([sys.executable, "-m", "dvc", "pull"], clone, env)
-    assert (clone / "models" / "cifar10" / "saved_model" / "saved_model.pb").is_file()
-    assert (clone / "run.json").read_text() == (project / "run.json").read_text()
-    out = _run([sys.executable, "-m", "dvc", "repro"], clone, env)
-    for stage in ("prepare", "train", "evaluate"):
-        assert f"Running stage '{stage}'" not in out, out
-    assert "up to date" in out or "didn't change" in out, out
-
-
 # ----------------------------------------------------------------------------- sweeps, one SQLite store
 
 
