@@ -112,6 +112,38 @@ def test_train_process_stops_on_an_altered_shard(project, prepared_copy):
     assert time.monotonic() - started < 120
 
 
+def test_train_process_without_a_tpu_stops_in_one_line(project, prepared_copy):
+    """strategy=tpu on a host without one: the real `python -m pipeline.train` exits 2 with one line."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "TF_CONFIG", "TFPIPE_DEBUG", "TPU_NAME"):
+        env.pop(name, None)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.train",
+            "experiment=smoke",
+            "strategy=tpu",
+            f"data.output_dir={prepared_copy}",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("train: error:")]
+    assert errors == [
+        "train: error: strategy.name='tpu' with strategy.tpu=null: no local TPU on this host (no /dev/accel*, "
+        "/dev/vfio device or TPU_NAME); allowed: strategy.tpu=<TPU name or grpc://address>, or another strategy "
+        "(one_device, mirrored, ...)"
+    ], proc.stderr[-2000:]
+    assert proc.stderr.rstrip().endswith(errors[0])
+    assert not (project / "run.json").exists() and not (project / "models").exists()
+
+
 # ----------------------------------------------------------------------------- the directory source
 
 
