@@ -122,7 +122,9 @@ def test_dvc_repro_produces_a_complete_mlflow_run(repro_project):
     metrics = run.data.metrics
     for key in ("train_loss", "val_accuracy", "test_accuracy", "test_loss"):
         assert key in metrics, sorted(metrics)
-    assert 0.0 <= metrics["test_accuracy"] <= 1.0
+    eval_json = json.loads((project / "metrics" / "eval.json").read_text())
+    for key in ("accuracy", "loss", "macro_precision", "macro_recall", "macro_f1", "num_examples"):
+        assert metrics[f"test_{key}"] == eval_json[key], key  # the same numbers, not merely close
     assert len(client.get_metric_history(run_id, "train_loss")) >= 2  # step metrics, not just a final value
 
     tags = run.data.tags
@@ -146,17 +148,26 @@ def test_dvc_repro_produces_a_complete_mlflow_run(repro_project):
 
 
 def test_logged_model_serves_raw_images(repro_project):
+    """The logged MLflow model, fed the test split's raw uint8 images, predicts for each image the class the
+    evaluate stage recorded for it (plots/confusion_matrix.csv: one row per test example, in order)."""
     import mlflow
+
+    from tfpipe import data
 
     project, _, _ = repro_project
     run_id = json.loads((project / "run.json").read_text())["run_id"]
+    prepared = project / "data" / "prepared" / "cifar10"
+    class_names = data.load_manifest(prepared)["class_names"]
+    batches = data.make_dataset(prepared, "test", batch_size=1000, training=False, seed=0, cache=False)
+    images = np.concatenate([x.numpy() for x, _ in batches])
+    assert images.dtype == np.uint8 and images.shape[1:] == (32, 32, 3)
     mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
     model = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
-    images = np.random.default_rng(0).integers(0, 256, size=(3, 32, 32, 3), dtype=np.uint8)
-    predictions = np.asarray(model.predict(images))
-    assert predictions.shape[0] == 3
-    probabilities = predictions[:, :3].astype(np.float64)
+    probabilities = np.asarray(model.predict(images))[:, : len(class_names)].astype(np.float64)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-4)
+    rows = (project / "plots" / "confusion_matrix.csv").read_text().splitlines()[1:]
+    recorded = [row.split(",")[1] for row in rows]
+    assert [class_names[i] for i in probabilities.argmax(axis=1)] == recorded
 
 
 def test_stage_outputs_exist_and_agree(repro_project):
