@@ -99,9 +99,27 @@ def test_profiler_trace_of_the_step_range(monitored_run):
     traces = list((log_dir / "plugins" / "profile").glob("*/*.xplane.pb"))
     assert len(traces) == 1, traces
     assert traces[0].stat().st_size > 1000
-    # the trace holds our step markers ("train" TraceMe with step_num) for steps 3..5
-    blob = traces[0].read_bytes()
-    assert b"train" in blob and b"step_num" in blob
+    assert _traced_steps(traces[0]) == [3, 4, 5]  # the step markers of exactly the requested steps
+
+
+def _traced_steps(path) -> list:
+    """step_num of every "train" step marker (TraceMe) in an XSpace trace file, read with TF's own proto."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace.FromString(path.read_bytes())
+    steps = []
+    for plane in space.planes:
+        stat_names = {i: m.name for i, m in plane.stat_metadata.items()}
+        for line in plane.lines:
+            for event in line.events:
+                if plane.event_metadata[event.metadata_id].name != "train":
+                    continue
+                steps += [
+                    s.int64_value or s.uint64_value
+                    for s in event.stats
+                    if stat_names[s.metadata_id] == "step_num"
+                ]
+    return sorted(steps)
 
 
 def test_mixed_float16_logs_the_loss_scale_and_histograms_can_be_off(prepared_image, tmp_path):
