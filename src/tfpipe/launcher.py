@@ -31,6 +31,24 @@ GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.2
 
 
+LAUNCHER_PID_ENV = "TFPIPE_LAUNCHER_PID"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_launcher() -> None:
+    """In a task the launcher started: get SIGKILL when the launcher dies, even by kill -9, so that no task
+    outlives its job (and trains on beside the restarted one). Linux's prctl(PR_SET_PDEATHSIG), which no kept
+    library wraps; elsewhere a no-op."""
+    parent = os.environ.get(LAUNCHER_PID_ENV, "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(parent):  # the launcher died before the line above took effect
+        os._exit(1)
+
+
 def _child_env(tf_config: str) -> dict:
     import tfpipe
 
@@ -38,6 +56,7 @@ def _child_env(tf_config: str) -> dict:
     env["TF_CONFIG"] = tf_config
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env["PYTHONUNBUFFERED"] = "1"
+    env[LAUNCHER_PID_ENV] = str(os.getpid())  # the task dies with this launcher (die_with_launcher)
     paths = [str(Path(tfpipe.__file__).resolve().parents[1])]  # children import this very tfpipe
     env["PYTHONPATH"] = os.pathsep.join(
         [*paths, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
@@ -235,6 +254,7 @@ def train_stage(cfg, root: Path, train_args: Sequence[str] = ()):
 
     if cfg.strategy.name in MULTI_PROCESS_STRATEGIES and not os.environ.get(cluster.TF_CONFIG, "").strip():
         return launch_stage(cfg, root, train_args)
+    die_with_launcher()
     if cfg.strategy.name == "parameter_server" and cluster.task()[0] in ("worker", "ps"):
         from tfpipe import distribute
 
