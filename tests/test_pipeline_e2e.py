@@ -243,6 +243,80 @@ def test_dvc_pull_refuses_a_file_the_remote_altered(repro_project):
     assert "forged" not in ((clone / "run.json").read_text() if (clone / "run.json").exists() else "")
 
 
+def _audit(project: Path, env: dict, run_id: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.audit", run_id], cwd=project, env=env, capture_output=True, text=True
+    )
+
+
+def _line(out: str, item: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith(item + " "))
+
+
+def test_a_shard_rewritten_with_its_manifest_is_caught_by_the_recorded_digest(repro_project):
+    """Tampering that keeps the prepared folder self-consistent (a shard and its sha256 in the manifest
+    rewritten together) still differs from the manifest digest the run recorded."""
+    import hashlib
+
+    project, env, _ = repro_project
+    run_id = json.loads((project / "run.json").read_text())["run_id"]
+    prepared = project / "data" / "prepared" / "cifar10"
+    manifest_path = prepared / "manifest.json"
+    shard = sorted(prepared.glob("train-*.tfrecord"))[0]
+    saved = {p: p.read_bytes() for p in (manifest_path, shard)}
+    try:
+        tampered = bytearray(saved[shard])
+        tampered[-1] ^= 1
+        shard.write_bytes(bytes(tampered))
+        manifest_text = saved[manifest_path].decode()
+        old, new = hashlib.sha256(saved[shard]).hexdigest(), hashlib.sha256(bytes(tampered)).hexdigest()
+        assert old in manifest_text
+        manifest_path.write_text(manifest_text.replace(old, new))
+        proc = _audit(project, env, run_id)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert " differs " in _line(proc.stdout, "data.manifest"), proc.stdout
+    finally:
+        for path, data in saved.items():
+            path.write_bytes(data)
+    assert _audit(project, env, run_id).returncode == 0
+
+
+def test_a_changed_dvc_lock_prepare_entry_is_an_audit_difference(repro_project):
+    project, env, _ = repro_project
+    run_id = json.loads((project / "run.json").read_text())["run_id"]
+    lock_path = project / "dvc.lock"
+    original = lock_path.read_text()
+    lock = yaml.safe_load(original)
+    out = lock["stages"]["prepare"]["outs"][0]
+    out["md5"] = ("0" if out["md5"][0] != "0" else "1") + out["md5"][1:]
+    try:
+        lock_path.write_text(yaml.safe_dump(lock, sort_keys=False))
+        proc = _audit(project, env, run_id)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert " differs " in _line(proc.stdout, "dvc.lock.prepare"), proc.stdout
+    finally:
+        lock_path.write_text(original)
+
+
+def test_a_damaged_test_shard_stops_the_evaluate_stage_in_one_line(repro_project):
+    project, env, _ = repro_project
+    shard = sorted((project / "data" / "prepared" / "cifar10").glob("test-*.tfrecord"))[0]
+    original = shard.read_bytes()
+    eval_before = (project / "metrics" / "eval.json").read_text()
+    try:
+        shard.write_bytes(original[: len(original) // 2])  # truncated
+        proc = subprocess.run(
+            [sys.executable, "-m", "pipeline.evaluate"], cwd=project, env=env, capture_output=True, text=True
+        )
+    finally:
+        shard.write_bytes(original)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("evaluate: error:")]
+    assert len(errors) == 1 and str(shard) in errors[0] and "prepare stage again" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (project / "metrics" / "eval.json").read_text() == eval_before  # nothing rewritten
+
+
 def test_dvc_exp_run_composes_conf_for_imdb(repro_project):
     """`dvc exp run -S dataset=imdb` recomposes params.yaml from conf/ and runs the text pipeline."""
     project, env, _ = repro_project
