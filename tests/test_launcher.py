@@ -108,16 +108,37 @@ def test_k8s_manifest_renders_one_pod_per_task_with_its_tf_config():
     assert len(seen) == 4
 
 
-def test_slurm_script_renders_and_builds_tf_config_per_task():
-    text = cluster.render_slurm(nodes=3, cpus_per_task=4, overrides=["train.epochs=2"])
+def test_slurm_script_renders():
+    text = cluster.render_slurm(nodes=3, cpus_per_task=4, tasks_per_node=2, overrides=["train.epochs=2"])
     assert "#SBATCH --nodes=3" in text and "#SBATCH --cpus-per-task=4" in text
+    assert "#SBATCH --ntasks-per-node=2" in text
     assert "python -m tfpipe.cluster slurm-tf-config" in text and "strategy=multi_worker_mirrored" in text
     assert '"${SLURM_SUBMIT_DIR}"' in text and "train.epochs=2" in text and "$${" not in text
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)  # valid shell
-    configs = [json.loads(cluster.slurm_tf_config(["n1", "n2", "n3"], i)) for i in range(3)]
-    assert all(c["cluster"] == {"worker": ["n1:2222", "n2:2222", "n3:2222"]} for c in configs)
-    assert [c["task"]["index"] for c in configs] == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "nodelist, tasks_per_node, workers",
+    [
+        ("n[1-3]", "1(x3)", ["n1:2222", "n2:2222", "n3:2222"]),  # one task per node
+        ("n[1-2]", "2(x2)", ["n1:2222", "n1:2223", "n2:2222", "n2:2223"]),  # two per node: port offsets
+    ],
+)
+def test_slurm_tf_config_comes_from_tensorflows_resolver(monkeypatch, nodelist, tasks_per_node, workers):
+    configs = []
+    for procid in range(len(workers)):
+        for key, value in {
+            "SLURM_PROCID": procid,
+            "SLURM_STEP_NODELIST": nodelist,
+            "SLURM_STEP_TASKS_PER_NODE": tasks_per_node,
+            "SLURM_STEP_NUM_TASKS": len(workers),
+        }.items():
+            monkeypatch.setenv(key, str(value))
+        configs.append(json.loads(cluster.slurm_tf_config(2222)))
+    assert all(c["cluster"] == {"worker": workers} for c in configs), configs
+    assert [c["task"] for c in configs] == [{"type": "worker", "index": i} for i in range(len(workers))]
     assert cluster.is_chief({"TF_CONFIG": json.dumps(configs[0])})
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ  # CPU-only: the resolver must not hide devices
 
 
 # ----------------------------------------------------------------------------- the launcher with real processes

@@ -203,20 +203,41 @@ def render_k8s(
     return "---\n".join(docs)
 
 
-def slurm_tf_config(nodelist: List[str], procid: int, port: int = 2222) -> str:
-    """TF_CONFIG for task `procid` of a Slurm job whose nodes are `nodelist` (one worker per node, worker 0 chief).
-    Same layout `SlurmClusterResolver` builds; used by tfpipe/deploy/slurm/train.sbatch via `python -m tfpipe.cluster`."""
-    cluster = {"worker": [f"{host}:{port}" for host in nodelist]}
-    return tf_config(cluster, "worker", procid)
+def slurm_tf_config(port: int = 2222) -> str:
+    """TF_CONFIG of this Slurm task (inside `srun`), from TensorFlow's SlurmClusterResolver: it reads SLURM_PROCID,
+    SLURM_STEP_NODELIST and SLURM_STEP_TASKS_PER_NODE, gives the tasks of one node consecutive ports from
+    `port`, and worker 0 (the chief) is the first task of the first node."""
+    import shutil
+
+    import tensorflow as tf
+
+    gpus = {}
+    if not (shutil.which("nvidia-smi") or os.environ.get("CUDA_VISIBLE_DEVICES")):
+        # The resolver hands out one port per GPU slot and asks nvidia-smi for the GPU count: on CPU-only
+        # nodes give it one slot per task (an upper bound) and keep it from setting CUDA_VISIBLE_DEVICES.
+        slots = int(os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or 1)
+        gpus = {"gpus_per_node": slots, "gpus_per_task": 1, "auto_set_gpu": False}
+    resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(port_base=port, **gpus)
+    spec = resolver.cluster_spec().as_dict()
+    return tf_config(spec, resolver.task_type, resolver.task_id)
 
 
-def render_slurm(nodes: int = 2, cpus_per_task: int = 8, time: str = "02:00:00", overrides=()) -> str:
+def render_slurm(
+    nodes: int = 2,
+    cpus_per_task: int = 8,
+    time: str = "02:00:00",
+    overrides=(),
+    tasks_per_node: int = 1,
+    port: int = 2222,
+) -> str:
     import shlex
 
     return _render(
         DEPLOY_DIR / "slurm" / "train.sbatch.tmpl",
         {
             "nodes": nodes,
+            "tasks_per_node": tasks_per_node,
+            "port": port,
             "cpus_per_task": cpus_per_task,
             "time": time,
             "overrides": " ".join(shlex.quote(o) for o in overrides),
@@ -226,7 +247,6 @@ def render_slurm(nodes: int = 2, cpus_per_task: int = 8, time: str = "02:00:00",
 
 def _main(argv=None) -> int:
     """`python -m tfpipe.cluster slurm-tf-config [PORT]`: print TF_CONFIG from SLURM_* (inside srun)."""
-    import subprocess
     import sys
 
     argv = sys.argv[1:] if argv is None else argv
@@ -234,13 +254,7 @@ def _main(argv=None) -> int:
         print("usage: python -m tfpipe.cluster slurm-tf-config [PORT]", file=sys.stderr)
         return 2
     port = int(argv[1]) if len(argv) > 1 else 2222
-    nodes = subprocess.run(
-        ["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()
-    print(slurm_tf_config(nodes, int(os.environ["SLURM_PROCID"]), port))
+    print(slurm_tf_config(port))
     return 0
 
 
