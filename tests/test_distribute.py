@@ -210,3 +210,31 @@ def test_bad_distributed_settings_are_refused(make_config, overrides, needle):
     with pytest.raises(ConfigError) as err:
         make_config(*overrides)
     assert needle in str(err.value)
+
+
+# ----------------------------------------------------------------------------- GPU hosts, with faked device lists
+
+GPUS = [f"/job:localhost/replica:0/task:0/device:GPU:{i}" for i in range(8)]
+CPUS = ["/job:localhost/replica:0/task:0/device:CPU:0"]
+
+
+@pytest.mark.parametrize(
+    "gpus, expected",
+    [
+        (GPUS, ("mirrored", GPUS)),  # 8 GPUs: one replica per GPU
+        (GPUS[:2], ("mirrored", GPUS[:2])),
+        (GPUS[:1], ("one_device", ["/gpu:0"])),  # 1 GPU: no replication overhead
+        ([], ("cpu", [])),
+    ],
+)
+def test_auto_strategy_on_gpu_hosts(gpus, expected):
+    assert distribute.auto_plan(gpus) == expected
+
+
+def test_mirrored_on_gpu_hosts_replicates_over_every_gpu_with_tensorflows_all_reduce():
+    assert distribute.local_devices([], GPUS, CPUS, num_logical_cpus=4) == GPUS  # GPUs win over logical CPUs
+    assert distribute.local_devices(["/gpu:1", "/gpu:3"], GPUS, CPUS, 0) == ["/gpu:1", "/gpu:3"]
+    assert distribute.mirrored_reduction(GPUS) is None  # TensorFlow's default: NCCL all-reduce
+    on_cpu = distribute.mirrored_reduction([])
+    assert isinstance(on_cpu, tf.distribute.ReductionToOneDevice)
+    assert distribute.local_devices([], [], CPUS * 3, num_logical_cpus=2) == CPUS * 2

@@ -38,7 +38,7 @@ def _requirements(lock: Path) -> dict:
     return out
 
 
-@pytest.mark.parametrize("lock", ["requirements.lock", "requirements-dev.lock"])
+@pytest.mark.parametrize("lock", ["requirements.lock", "requirements-dev.lock", "requirements-gpu.lock"])
 def test_every_pin_in_the_locks_carries_a_sha256(lock):
     reqs = _requirements(ROOT / lock)
     assert len(reqs) > 50

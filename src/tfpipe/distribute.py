@@ -73,15 +73,20 @@ def _one_device(strategy_cfg) -> tf.distribute.Strategy:
     return _single_cpu(strategy_cfg.device or "/cpu:0")
 
 
+def auto_plan(gpus: list) -> tuple:
+    """What `strategy=auto` builds on a host with these GPUs (device names): >1 -> ("mirrored", all of them),
+    1 -> ("one_device", ["/gpu:0"]), none -> ("cpu", [])."""
+    if len(gpus) > 1:
+        return "mirrored", list(gpus)
+    return ("one_device", ["/gpu:0"]) if gpus else ("cpu", [])
+
+
 @register("auto")
 def _auto(strategy_cfg) -> tf.distribute.Strategy:
-    """>1 GPU -> MirroredStrategy over all of them, 1 GPU -> that GPU, none -> the CPU."""
-    gpus = _gpus()
-    if len(gpus) > 1:
-        return tf.distribute.MirroredStrategy([g.name for g in gpus])
-    if len(gpus) == 1:
-        return tf.distribute.OneDeviceStrategy("/gpu:0")
-    return _single_cpu("/cpu:0")
+    kind, devices = auto_plan([g.name for g in _gpus()])
+    if kind == "mirrored":
+        return tf.distribute.MirroredStrategy(devices)
+    return tf.distribute.OneDeviceStrategy(devices[0]) if kind == "one_device" else _single_cpu("/cpu:0")
 
 
 def configure_devices(strategy_cfg) -> None:
@@ -102,24 +107,31 @@ def configure_devices(strategy_cfg) -> None:
             ) from None
 
 
+def local_devices(configured: list, gpus: list, cpus: list, num_logical_cpus: int) -> list:
+    """The replicas of mirrored / central_storage: `strategy.devices` when given, else every GPU, else the first
+    `strategy.num_logical_cpus` logical CPUs (at least one)."""
+    if configured:
+        return list(configured)
+    return list(gpus) if gpus else list(cpus[: max(int(num_logical_cpus or 0), 1)])
+
+
+def mirrored_reduction(gpus: list):
+    """Cross-device ops of mirrored: TensorFlow's choice (NCCL all-reduce) over GPUs; on CPUs a reduction to
+    /cpu:0 (NCCL needs GPUs)."""
+    return None if gpus else tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0")
+
+
 def _local_devices(strategy_cfg) -> list:
-    devices = list(strategy_cfg.devices or [])
-    if devices:
-        return devices
-    gpus = _gpus()
-    if gpus:
-        return [g.name for g in gpus]
     cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
-    n = int(strategy_cfg.num_logical_cpus or 0)
-    return cpus[: max(n, 1)]
+    gpus = [g.name for g in _gpus()]
+    return local_devices(strategy_cfg.devices, gpus, cpus, strategy_cfg.num_logical_cpus)
 
 
 @register("mirrored")
 def _mirrored(strategy_cfg) -> tf.distribute.Strategy:
     configure_devices(strategy_cfg)
     devices = _local_devices(strategy_cfg)
-    cross = None if _gpus() else tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0")
-    return tf.distribute.MirroredStrategy(devices, cross_device_ops=cross)
+    return tf.distribute.MirroredStrategy(devices, cross_device_ops=mirrored_reduction(_gpus()))
 
 
 @register("central_storage")
