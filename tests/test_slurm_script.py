@@ -9,14 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tfpipe import cluster
 
 OVERRIDES = [
     "train.epochs=2",
     "tracking.experiment_name='team a'",  # a space, inside Hydra's quotes
-    'tracking.run_name="it\'s mine"',  # both kinds of quote
+    'tracking.artifact_location="it\'s here"',  # both kinds of quote
     "data.path=${oc.env:HOME}/data dir",  # an interpolation the shell must not expand, and a space
-    "+tag=$(touch pwned)",  # command substitution: must stay text
+    "tracking.run_file='$(touch pwned).json'",  # command substitution: must stay text
 ]
 
 
@@ -57,3 +59,27 @@ def test_overrides_reach_the_train_command_unchanged_through_the_rendered_script
     assert argv[:4] == ["-m", "pipeline.train", "strategy=multi_worker_mirrored", "strategy.num_workers=2"]
     assert argv[4:] == OVERRIDES
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"nodes": 0}, "nodes=0: must be a whole number >= 1"),
+        ({"tasks_per_node": -1}, "tasks_per_node=-1: must be a whole number >= 1"),
+        ({"overrides": ["train.epochs=0"]}, "train.epochs"),
+        ({"overrides": ["train.optimizer.lr=0.1"]}, "train.optimizer.lr"),
+    ],
+)
+def test_a_bad_render_is_refused_in_one_line(kwargs, message):
+    from tfpipe.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        cluster.render_slurm(**kwargs)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_render_for_a_single_process_strategy_is_refused():
+    from tfpipe.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"strategy='mirrored': not a multi-process strategy; allowed: "):
+        cluster.check_render_input("mirrored", {}, [])

@@ -203,6 +203,22 @@ def render_k8s(
     return "---\n".join(docs)
 
 
+def check_render_input(strategy: str, counts: Dict[str, int], overrides) -> None:
+    """What a rendered job would fail on at start, refused now with one line (ConfigError): an unknown strategy,
+    a count below 1, an override the config schema refuses (composed as the tasks will compose it)."""
+    from tfpipe import config
+    from tfpipe.choices import MULTI_PROCESS_STRATEGIES
+    from tfpipe.errors import ConfigError
+
+    if strategy not in MULTI_PROCESS_STRATEGIES:
+        allowed = ", ".join(sorted(MULTI_PROCESS_STRATEGIES))
+        raise ConfigError(f"strategy={strategy!r}: not a multi-process strategy; allowed: {allowed}")
+    for name, value in counts.items():
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name}={value!r}: must be a whole number >= 1")
+    config.compose([*overrides, f"strategy={strategy}"])
+
+
 def slurm_tf_config(port: int = 2222) -> str:
     """TF_CONFIG of this Slurm task (inside `srun`), from TensorFlow's SlurmClusterResolver: it reads SLURM_PROCID,
     SLURM_STEP_NODELIST and SLURM_STEP_TASKS_PER_NODE, gives the tasks of one node consecutive ports from
@@ -230,8 +246,11 @@ def render_slurm(
     tasks_per_node: int = 1,
     port: int = 2222,
 ) -> str:
+    """deploy/slurm/train.sbatch.tmpl filled in; bad counts or overrides the config refuses raise one line."""
     import shlex
 
+    check_render_input("multi_worker_mirrored", {"nodes": nodes, "tasks_per_node": tasks_per_node,
+                                                 "cpus_per_task": cpus_per_task}, overrides)  # fmt: skip
     return _render(
         DEPLOY_DIR / "slurm" / "train.sbatch.tmpl",
         {
