@@ -100,6 +100,12 @@ def test_the_launchers_cluster_is_on_loopback_only():
         spec = cluster.local_cluster(strategy, 2, ps)
         hosts = {a.rsplit(":", 1)[0] for addresses in spec.values() for a in addresses}
         assert hosts == {"127.0.0.1"}, spec
+    from tfpipe.launcher import Launcher
+
+    job = Launcher("parameter_server", 2, 1, [], ".")  # the cluster a launch would start (nothing started)
+    for ttype, index in job.roles:
+        spec = json.loads(cluster.tf_config(job.cluster, ttype, index))["cluster"]
+        assert {a.rsplit(":", 1)[0] for addresses in spec.values() for a in addresses} == {"127.0.0.1"}
     with pytest.raises(UserError, match="loopback"):
         cluster.local_cluster("multi_worker_mirrored", 2, host="0.0.0.0")
 

@@ -287,6 +287,24 @@ def tracking_server(postgres, tmp_path_factory):
         _stop(proc, grace=3)
 
 
+def _run_script(env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """server.sh expected to refuse; if it starts a server instead, its whole process group is stopped."""
+    proc = subprocess.Popen(
+        ["bash", str(SERVER_SCRIPT)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        _stop(proc, grace=3)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 @pytest.mark.parametrize(
     "unset, admin_password, expected",
     [
@@ -305,9 +323,7 @@ def test_server_script_refuses_missing_or_weak_settings(unset, admin_password, e
         MLFLOW_AUTH_ADMIN_PASSWORD=admin_password,
     )
     env.pop(unset or "", None)
-    proc = subprocess.run(
-        ["bash", str(SERVER_SCRIPT)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30
-    )
+    proc = _run_script(env, tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and expected in proc.stderr, proc.stderr
 
 
@@ -336,9 +352,7 @@ def test_server_script_refuses_passwords_in_uris_and_remote_databases_without_ss
     )
     env[variable] = uri
     env.pop("PGSSLMODE", None)
-    proc = subprocess.run(
-        ["bash", str(SERVER_SCRIPT)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30
-    )
+    proc = _run_script(env, tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert variable in proc.stderr and expected in proc.stderr and "secret" not in proc.stderr, proc.stderr
     if expected == "carries a password":
