@@ -108,6 +108,8 @@ def test_the_launchers_cluster_is_on_loopback_only():
         assert {a.rsplit(":", 1)[0] for addresses in spec.values() for a in addresses} == {"127.0.0.1"}
     with pytest.raises(UserError, match="loopback"):
         cluster.local_cluster("multi_worker_mirrored", 2, host="0.0.0.0")
+    with pytest.raises(UserError, match="loopback"):
+        cluster.local_cluster("parameter_server", 2, 1, host="node7.example")
 
 
 _LISTEN = r"""

@@ -46,10 +46,17 @@ def free_ports(n: int, host: str = "127.0.0.1") -> List[int]:
             s.close()
 
 
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name
+        return host == "localhost"
+
+
 def local_cluster(strategy: str, num_workers: int, num_ps: int = 0, host: str = "127.0.0.1") -> Cluster:
     """The launcher's cluster: every task on one loopback host (TensorFlow's gRPC server itself still listens
     on every interface: README "Distributed training")."""
-    if not ipaddress.ip_address(host).is_loopback:
+    if not _is_loopback(host):
         raise UserError(f"local cluster host {host!r}: the local launcher uses loopback addresses only")
     if strategy == "multi_worker_mirrored":
         counts = {"worker": num_workers}
