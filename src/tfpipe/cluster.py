@@ -14,6 +14,7 @@ No TensorFlow here, so the launcher and config checks stay fast.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import socket
@@ -45,7 +46,18 @@ def free_ports(n: int, host: str = "127.0.0.1") -> List[int]:
             s.close()
 
 
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name
+        return host == "localhost"
+
+
 def local_cluster(strategy: str, num_workers: int, num_ps: int = 0, host: str = "127.0.0.1") -> Cluster:
+    """The launcher's cluster: every task on one loopback host (TensorFlow's gRPC server itself still listens
+    on every interface: README "Distributed training")."""
+    if not _is_loopback(host):
+        raise UserError(f"local cluster host {host!r}: the local launcher uses loopback addresses only")
     if strategy == "multi_worker_mirrored":
         counts = {"worker": num_workers}
     elif strategy == "parameter_server":
@@ -174,15 +186,11 @@ def render_k8s(
     namespace: str = "default",
     overrides=(),
 ) -> str:
-    """tfpipe/deploy/k8s/*.tmpl -> one multi-document manifest: a headless Service and one Pod per task,
-    each with its own TF_CONFIG."""
+    """tfpipe/deploy/k8s/*.tmpl -> one multi-document manifest: a headless Service, a NetworkPolicy admitting
+    the gRPC port only from the job's own pods, and one Pod per task, each with its own TF_CONFIG."""
     cluster = k8s_cluster(job_name, strategy, num_workers, num_ps, port, namespace)
-    docs = [
-        _render(
-            DEPLOY_DIR / "k8s" / "service.yaml.tmpl",
-            {"job_name": job_name, "namespace": namespace, "port": port},
-        )
-    ]
+    names = {"job_name": job_name, "namespace": namespace, "port": port}
+    docs = [_render(DEPLOY_DIR / "k8s" / f"{kind}.yaml.tmpl", names) for kind in ("service", "networkpolicy")]
     for ttype, index in roles(cluster):
         docs.append(
             _render(

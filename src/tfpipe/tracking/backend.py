@@ -152,6 +152,34 @@ def _tls_context():
     return ssl.create_default_context(cafile=cafile) if cafile else None
 
 
+def _origin(url: str) -> tuple:
+    parts = urllib.parse.urlsplit(url)
+    return (
+        parts.scheme.lower(),
+        parts.hostname,
+        parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower()),
+    )
+
+
+class _SameOriginAuthRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows redirects, dropping Authorization when one leads to another origin (scheme, host, port)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        # urllib copies every header onto the redirected request: without this, a redirect to another host
+        # would hand it the user's password (requests strips it the same way)
+        if new is not None and _origin(newurl) != _origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
+def _opener():
+    """urlopen's opener with the TLS context of `_tls_context` and `_SameOriginAuthRedirects`."""
+    context = _tls_context()
+    https = [urllib.request.HTTPSHandler(context=context)] if context else []
+    return urllib.request.build_opener(_SameOriginAuthRedirects, *https)
+
+
 def check_credentials(uri: str, timeout: float = REACHABLE_TIMEOUT_S) -> None:
     """One authenticated read (search one experiment) with the environment's credentials.
 
@@ -171,7 +199,7 @@ def check_credentials(uri: str, timeout: float = REACHABLE_TIMEOUT_S) -> None:
     elif token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout, context=_tls_context()) as resp:
+        with _opener().open(request, timeout=timeout) as resp:
             resp.read(64)
     except urllib.error.HTTPError as exc:
         if exc.code != 401:
