@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tfpipe import cluster
 from tfpipe.errors import UserError
@@ -66,46 +65,6 @@ def test_bad_tf_config_is_one_clear_line(text, needle):
 
 
 # ----------------------------------------------------------------------------- deploy templates
-
-
-def test_k8s_manifest_renders_one_pod_per_task_with_its_tf_config():
-    text = cluster.render_k8s(
-        "demo",
-        "registry.example/tfpipe:1",
-        strategy="parameter_server",
-        num_workers=2,
-        num_ps=1,
-        overrides=["train.epochs=5", "precision=mixed_bfloat16"],
-    )
-    docs = list(yaml.safe_load_all(text))
-    assert docs[0]["kind"] == "Service" and docs[0]["spec"]["clusterIP"] == "None"
-    pods = [d for d in docs if d["kind"] == "Pod"]
-    assert [p["metadata"]["name"] for p in pods] == [
-        "demo-chief-0",
-        "demo-worker-0",
-        "demo-worker-1",
-        "demo-ps-0",
-    ]
-    seen = set()
-    for pod in pods:
-        container = pod["spec"]["containers"][0]
-        env = {e["name"]: e.get("value") for e in container["env"]}
-        tf_config = json.loads(env["TF_CONFIG"])
-        t = tf_config["task"]
-        assert pod["metadata"]["name"] == f"demo-{t['type']}-{t['index']}"
-        assert tf_config["cluster"]["worker"] == [
-            "demo-worker-0.demo.default.svc:2222",
-            "demo-worker-1.demo.default.svc:2222",
-        ]
-        assert tf_config["cluster"]["ps"] == ["demo-ps-0.demo.default.svc:2222"]
-        # the pod's own address is its entry in the cluster spec (hostname.subdomain)
-        assert tf_config["cluster"][t["type"]][t["index"]].startswith(
-            f"{pod['spec']['hostname']}.{pod['spec']['subdomain']}."
-        )
-        assert container["command"] == ["python", "-m", "pipeline.train", "strategy=parameter_server"]
-        assert container["args"] == ["train.epochs=5", "precision=mixed_bfloat16"]
-        seen.add((t["type"], t["index"]))
-    assert len(seen) == 4
 
 
 def test_slurm_script_renders():
@@ -300,52 +259,3 @@ def test_a_dead_worker_restarts_the_job_which_resumes_in_the_same_run(prepared_i
     assert runs[0].data.tags["tfpipe.resumes"] == "1"
     epochs = sorted(m.step for m in client.get_metric_history(runs[0].info.run_id, "val_loss"))
     assert epochs == list(range(8)), "every epoch's metrics exactly once"
-
-
-@pytest.mark.parametrize("strategy, num_ps", [("multi_worker_mirrored", 0), ("parameter_server", 1)])
-def test_k8s_manifests_of_every_strategy_are_valid_kubernetes(strategy, num_ps):
-    """Every rendered document against the Kubernetes API schema, offline and strict (unknown fields refused)."""
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
-    from kubernetes_validate.utils import latest_version
-
-    text = cluster.render_k8s(
-        "demo",
-        "registry.example/tfpipe:1",
-        strategy=strategy,
-        num_workers=2,
-        num_ps=num_ps,
-        overrides=["train.epochs=5", "tracking.uri=http://mlflow:5000"],
-    )
-    docs = list(yaml.safe_load_all(text))
-    assert [d["kind"] for d in docs] == ["Service", "NetworkPolicy"] + ["Pod"] * (
-        2 + num_ps + (strategy == "parameter_server")
-    )
-    for doc in docs:
-        kubernetes_validate.validate(doc, latest_version(), strict=True)  # raises on any schema error
-    broken = {**docs[2], "spec": {**docs[2]["spec"], "restartPolicyy": "Never"}}  # a typo'd field
-    with pytest.raises(kubernetes_validate.ValidationError):  # the check itself can fail
-        kubernetes_validate.validate(broken, latest_version(), strict=True)
-
-
-def _selects(selector: dict, labels: dict) -> bool:
-    """Kubernetes matchLabels semantics (the only form the template uses)."""
-    assert set(selector) == {"matchLabels"}, selector
-    return all(labels.get(k) == v for k, v in selector["matchLabels"].items())
-
-
-@pytest.mark.parametrize("strategy, num_ps", [("multi_worker_mirrored", 0), ("parameter_server", 1)])
-def test_k8s_network_policy_admits_the_grpc_port_only_from_the_jobs_own_pods(strategy, num_ps):
-    docs = list(yaml.safe_load_all(cluster.render_k8s("demo", "img:1", strategy, 2, num_ps, port=2345)))
-    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
-    pods = [d for d in docs if d["kind"] == "Pod"]
-    spec = policy["spec"]
-    assert policy["metadata"]["namespace"] == "default" and spec["policyTypes"] == ["Ingress"]
-    assert all(_selects(spec["podSelector"], p["metadata"]["labels"]) for p in pods)  # guards every pod
-    (rule,) = spec["ingress"]  # one rule: everything else to these pods is denied
-    assert rule["ports"] == [{"protocol": "TCP", "port": 2345}]
-    assert {c["containerPort"] for p in pods for c in p["spec"]["containers"][0]["ports"]} == {2345}
-    (peer,) = rule["from"]
-    assert set(peer) == {"podSelector"}  # no namespaceSelector / ipBlock: only pods of this namespace
-    assert all(_selects(peer["podSelector"], p["metadata"]["labels"]) for p in pods)
-    other = {**pods[0]["metadata"]["labels"], "app.kubernetes.io/name": "other-job"}
-    assert not _selects(peer["podSelector"], other) and not _selects(spec["podSelector"], other)

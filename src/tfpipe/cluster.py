@@ -9,7 +9,7 @@ No TensorFlow here, so the launcher and config checks stay fast.
 - `tf_config(cluster, task_type, index)` -> the TF_CONFIG JSON for one process.
 - `read_tf_config()` -> the parsed TF_CONFIG of this process (UserError when malformed).
 - `is_chief()` -> whether this process writes (MLflow run, metrics, SavedModel).
-- `render_k8s(...)`, `render_slurm(...)`: the templates of `tfpipe/deploy/` (package data) filled in.
+- `render_slurm(...)`: the Slurm template of `tfpipe/deploy/` (package data) filled in; `render_k8s` is tfpipe.k8s's.
 """
 
 from __future__ import annotations
@@ -176,39 +176,11 @@ def k8s_cluster(
     }
 
 
-def render_k8s(
-    job_name: str,
-    image: str,
-    strategy: str = "multi_worker_mirrored",
-    num_workers: int = 2,
-    num_ps: int = 1,
-    port: int = 2222,
-    namespace: str = "default",
-    overrides=(),
-) -> str:
-    """tfpipe/deploy/k8s/*.tmpl -> one multi-document manifest: a headless Service, a NetworkPolicy admitting
-    the gRPC port only from the job's own pods, and one Pod per task, each with its own TF_CONFIG."""
-    cluster = k8s_cluster(job_name, strategy, num_workers, num_ps, port, namespace)
-    names = {"job_name": job_name, "namespace": namespace, "port": port}
-    docs = [_render(DEPLOY_DIR / "k8s" / f"{kind}.yaml.tmpl", names) for kind in ("service", "networkpolicy")]
-    for ttype, index in roles(cluster):
-        docs.append(
-            _render(
-                DEPLOY_DIR / "k8s" / "pod.yaml.tmpl",
-                {
-                    "job_name": job_name,
-                    "namespace": namespace,
-                    "port": port,
-                    "image": image,
-                    "task_type": ttype,
-                    "task_index": index,
-                    "strategy": strategy,
-                    "overrides": ", ".join(json.dumps(o) for o in overrides),
-                    "tf_config": json.dumps(tf_config(cluster, ttype, index)),
-                },
-            )
-        )
-    return "---\n".join(docs)
+def render_k8s(*args, **kwargs) -> str:
+    """The Kubernetes manifests of a job: see tfpipe.k8s.render_k8s."""
+    from tfpipe.k8s import render_k8s as render
+
+    return render(*args, **kwargs)
 
 
 def check_render_input(strategy: str, counts: Dict[str, int], overrides) -> None:

@@ -250,8 +250,9 @@ launch_stage.wants_args = True
 def train_stage(cfg, root: Path, train_args: Sequence[str] = ()):
     """The train entry point: hand a multi-process strategy without TF_CONFIG to the launcher; under
     parameter_server, worker and ps tasks serve the cluster; everyone else runs the train stage."""
-    from tfpipe import cluster
+    from tfpipe import cluster, k8s
 
+    k8s.tf_config_from_indexed_job()  # a pod of a rendered Indexed Job: TF_CONFIG from its completion index
     if cfg.strategy.name in MULTI_PROCESS_STRATEGIES and not os.environ.get(cluster.TF_CONFIG, "").strip():
         return launch_stage(cfg, root, train_args)
     die_with_launcher()

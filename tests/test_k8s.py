@@ -1,0 +1,152 @@
+"""Kubernetes manifests (tfpipe.k8s): Indexed Jobs + headless Service (default) and a Kubeflow TFJob, each with the
+NetworkPolicy; every document validated offline and strictly against the Kubernetes API schema."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tfpipe import k8s
+from tfpipe.errors import ConfigError
+
+OVERRIDES = ["train.epochs=5", "tracking.uri=http://mlflow:5000"]
+
+
+def _docs(**kwargs) -> list:
+    args = {"job_name": "demo", "image": "registry.example/tfpipe:1", "overrides": OVERRIDES, **kwargs}
+    return list(yaml.safe_load_all(k8s.render_k8s(**args)))
+
+
+def _validate(doc: dict) -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    from kubernetes_validate.utils import latest_version
+
+    kubernetes_validate.validate(doc, latest_version(), strict=True)  # raises on any schema error
+
+
+def _templates(docs: list) -> list:
+    return [d["spec"]["template"] for d in docs if d["kind"] == "Job"]
+
+
+def test_multi_worker_job_is_an_indexed_job_whose_pods_build_their_tf_config():
+    docs = _docs(strategy="multi_worker_mirrored", num_workers=3)
+    assert [d["kind"] for d in docs] == ["Service", "NetworkPolicy", "Job"]
+    job = docs[2]
+    assert job["metadata"]["name"] == "demo-worker" and job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3  # all start together
+    assert job["spec"]["backoffLimit"] >= 1 and job["spec"]["ttlSecondsAfterFinished"] > 0
+    spec = job["spec"]["template"]["spec"]
+    assert spec["restartPolicy"] == "OnFailure" and spec["subdomain"] == docs[0]["metadata"]["name"] == "demo"
+    env = {e["name"]: e for e in spec["containers"][0]["env"]}
+    assert "TF_CONFIG" not in env  # built in the pod from its completion index
+    for index in range(
+        3
+    ):  # Kubernetes names pod i of Job demo-worker "demo-worker-i" (hostname) in subdomain demo
+        environ = {name: e["value"] for name, e in env.items() if "value" in e} | {
+            "JOB_COMPLETION_INDEX": str(index)
+        }
+        k8s.tf_config_from_indexed_job(environ)
+        tf_config = json.loads(environ["TF_CONFIG"])
+        assert tf_config["task"] == {"type": "worker", "index": index}
+        assert tf_config["cluster"]["worker"][index] == f"demo-worker-{index}.demo.default.svc:2222"
+    assert spec["containers"][0]["args"] == OVERRIDES
+
+
+def test_mlflow_credentials_come_from_a_secret_never_the_manifest():
+    for docs in (_docs(), _docs(controller="tfjob")):
+        text = yaml.safe_dump_all(docs)
+        assert "password" not in text.lower().replace("mlflow_tracking_password", "").replace(
+            "key: password", ""
+        )
+        pods = _templates(docs) or [r["template"] for r in docs[-1]["spec"]["tfReplicaSpecs"].values()]
+        for pod in pods:
+            env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+            assert env["MLFLOW_TRACKING_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+                "name": "demo-mlflow", "key": "password", "optional": True
+            }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "kwargs, kinds",
+    [
+        ({"strategy": "multi_worker_mirrored"}, ["Service", "NetworkPolicy", "Job"]),
+        ({"strategy": "multi_worker_mirrored", "controller": "tfjob"}, ["NetworkPolicy", "TFJob"]),
+        ({"strategy": "parameter_server", "controller": "tfjob"}, ["NetworkPolicy", "TFJob"]),
+    ],
+)
+def test_every_rendered_manifest_is_valid_kubernetes(kwargs, kinds):
+    docs = _docs(num_workers=2, num_ps=1, **kwargs)
+    assert [d["kind"] for d in docs] == kinds
+    for doc in docs:
+        if doc["kind"] == "TFJob":  # a CRD the schema does not know: its pod templates are core/v1 pods
+            assert (
+                doc["apiVersion"] == "kubeflow.org/v1"
+                and doc["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
+            )
+            for replica in doc["spec"]["tfReplicaSpecs"].values():
+                assert replica["restartPolicy"] == "OnFailure" and replica["replicas"] >= 1
+                _validate({"apiVersion": "v1", "kind": "Pod", **replica["template"]})
+        else:
+            _validate(doc)
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    pod = (_templates(docs) or [r["template"] for r in docs[-1]["spec"]["tfReplicaSpecs"].values()])[0]
+    broken = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {},
+        "spec": {**pod["spec"], "restartPolicyy": "Never"},
+    }
+    with pytest.raises(kubernetes_validate.ValidationError):  # the check itself can fail on a typo'd field
+        _validate(broken)
+
+
+def test_tfjob_has_one_replica_spec_per_task_type():
+    (_, tfjob) = _docs(strategy="parameter_server", num_workers=2, num_ps=1, controller="tfjob")
+    replicas = tfjob["spec"]["tfReplicaSpecs"]
+    assert {k: v["replicas"] for k, v in replicas.items()} == {"Chief": 1, "Worker": 2, "PS": 1}
+    assert all(r["template"]["spec"]["containers"][0]["name"] == "tensorflow" for r in replicas.values())
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    assert set(selector) == {"matchLabels"}, selector
+    return all(labels.get(k) == v for k, v in selector["matchLabels"].items())
+
+
+@pytest.mark.parametrize("controller", ["job", "tfjob"])
+def test_network_policy_admits_the_grpc_port_only_from_the_jobs_own_pods(controller):
+    docs = _docs(strategy="multi_worker_mirrored", num_workers=2, port=2345, controller=controller)
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    pods = _templates(docs) or [
+        r["template"] for d in docs if d["kind"] == "TFJob" for r in d["spec"]["tfReplicaSpecs"].values()
+    ]
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"] and all(
+        _selects(spec["podSelector"], p["metadata"]["labels"]) for p in pods
+    )
+    (rule,) = spec["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 2345}]
+    assert {c["containerPort"] for p in pods for c in p["spec"]["containers"][0]["ports"]} == {2345}
+    (peer,) = rule["from"]
+    assert set(peer) == {"podSelector"} and all(
+        _selects(peer["podSelector"], p["metadata"]["labels"]) for p in pods
+    )
+    other = {**pods[0]["metadata"]["labels"], "app.kubernetes.io/name": "other-job"}
+    assert not _selects(peer["podSelector"], other)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"strategy": "mirrored"}, "strategy='mirrored': not a multi-process strategy"),
+        ({"num_workers": 0}, "num_workers=0: must be a whole number >= 1"),
+        ({"controller": "pods"}, "controller='pods': allowed: job, tfjob"),
+        ({"strategy": "parameter_server"}, "use controller='tfjob'"),
+        ({"overrides": ["train.optimizer.lr=0.1"]}, "train.optimizer.lr"),
+    ],
+)
+def test_a_bad_render_is_refused_in_one_line(kwargs, message):
+    with pytest.raises(ConfigError) as err:
+        _docs(**kwargs)
+    assert message in str(err.value) and "\n" not in str(err.value)
