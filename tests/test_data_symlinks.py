@@ -16,6 +16,7 @@ import pytest
 from tfpipe import data
 from tfpipe.data import DataError
 
+ROOT = Path(__file__).resolve().parents[1]
 SECRET = b"TOP-SECRET-OUTSIDE-THE-ROOT token"
 
 
@@ -104,8 +105,53 @@ def test_link_to_a_file_outside_the_root_fails_naming_link_and_target(text_copy,
     outside.write_bytes(SECRET)
     link = text_copy / "train" / "pos" / "leak.txt"
     os.symlink(outside, link)
+    (text_copy / "train" / "neg" / "0_latin1.txt").write_bytes(
+        b"caf\xe9"
+    )  # would fail if anything were decoded
     message = _fails(_cfg(make_config, text_copy), str(link), str(outside), "outside the data root")
     assert "data.on_bad_file=skip" in message
+    assert sorted(p.name for p in text_copy.parent.iterdir()) == [
+        "secret.txt",
+        "src",
+    ]  # no temp folder either
+
+
+def test_split_or_class_folder_linking_out_of_the_root_is_a_layout_error(text_copy, make_config):
+    elsewhere = text_copy.parent / "elsewhere_pos"
+    shutil.move(text_copy / "test" / "pos", elsewhere)
+    os.symlink(elsewhere, text_copy / "test" / "pos")
+    cfg = _cfg(
+        make_config, text_copy, "data.on_bad_file=skip"
+    )  # not a bad file: the layout itself leaves the root
+    _fails(
+        cfg, f"{text_copy}/test/pos: symlink target {os.path.realpath(elsewhere)} is outside the data root"
+    )
+
+
+def test_prepare_stage_exits_2_with_one_line_naming_the_link(capsys, text_copy):
+    from pipeline import _cli
+    from tfpipe.stages import run_prepare
+
+    outside = text_copy.parent / "outside.txt"
+    outside.write_text("not part of the data")
+    os.symlink(outside, text_copy / "test" / "neg" / "host.txt")
+    real_root, real_target = os.path.realpath(text_copy), os.path.realpath(outside)
+    argv = [
+        "dataset=imdb",
+        "data.source=directory",
+        f"data.path={text_copy}",
+        f"data.output_dir={text_copy.parent / 'out'}",
+    ]
+    capsys.readouterr()
+    code = _cli.cli("prepare", run_prepare, "test", argv, ROOT, configure_logging=False)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("prepare: error:")]
+    assert code == 2
+    assert lines == [
+        f"prepare: error: {text_copy}/test/neg/host.txt: symlink target {real_target} is outside the data root "
+        f"{real_root}; only links resolving inside it are followed; fix or remove the file, or set "
+        "data.on_bad_file=skip"
+    ]
+    assert not (text_copy.parent / "out").exists()
 
 
 def test_link_out_of_the_root_is_skipped_named_and_never_read(text_copy, make_config):

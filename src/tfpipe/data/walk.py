@@ -7,6 +7,7 @@ Rules (README, "the directory source"):
 - each real file becomes at most one example across all splits and classes: when several paths reach
   it (links), the path without links wins (else the first in listing order), so a link can neither
   duplicate an example nor copy a train file into test;
+- a split or class folder resolving outside the root stops prepare (a layout error, whatever on_bad_file);
 - only regular files are read (a FIFO or device named *.txt is refused, it would block or never end).
 """
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tfpipe.errors import DataError
 
 OUTSIDE_ROOT = "symlink target {target} is outside the data root {root}; only links resolving inside it are followed"
 NOT_REGULAR = "not a regular file"
@@ -41,7 +44,13 @@ class Walk:
     refused: list = field(default_factory=list)
 
     def list_class(self, class_dir: Path) -> list:
-        """Files under `class_dir` (sorted by relative path, hidden names skipped), as Found."""
+        """Files under `class_dir` (sorted by relative path, hidden names skipped), as Found.
+
+        A split or class folder resolving outside the root is a layout error (DataError), whatever on_bad_file.
+        """
+        real = Path(os.path.realpath(class_dir))
+        if not inside(real, self.root):
+            raise DataError(f"{class_dir}: " + OUTSIDE_ROOT.format(target=real, root=self.root))
         found: list = []
         self._walk(class_dir, found, set())
         return sorted(found, key=lambda f: f.path.relative_to(class_dir).as_posix())
