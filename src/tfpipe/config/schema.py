@@ -161,6 +161,8 @@ class DataConfig:
     max_examples_per_split: Optional[int] = None
     examples_per_shard: int = 10000
     on_bad_file: str = "fail"
+    max_text_bytes: int = 10_000_000
+    max_image_pixels: int = 40_000_000
     output_dir: str = "data/prepared"
     seed: int = 42
 
@@ -181,6 +183,8 @@ class DataConfig:
             raise ConfigError(f"data.validation_fraction={self.validation_fraction!r}: must be in (0, 1)")
         positive("data.max_examples_per_split", self.max_examples_per_split, allow_none=True)
         positive("data.examples_per_shard", self.examples_per_shard)
+        positive("data.max_text_bytes", self.max_text_bytes)
+        positive("data.max_image_pixels", self.max_image_pixels)
         if not self.output_dir:
             raise ConfigError("data.output_dir: empty; name the folder for the prepared TFRecords")
 

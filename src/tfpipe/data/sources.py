@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+from tfpipe.data import walk
 from tfpipe.errors import DataError, one_line
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -94,32 +95,28 @@ def _class_folders(split_dir: Path) -> list:
     )
 
 
-def _list_class(class_dir: Path, extensions: tuple) -> list:
-    """Files of one class folder (recursively), sorted by relative path; hidden files and folders ignored."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(class_dir, followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in filenames:
-            if not name.startswith(".") and name.lower().endswith(extensions):
-                found.append(Path(dirpath) / name)
-    return sorted(found, key=lambda p: p.relative_to(class_dir).as_posix())
-
-
-def scan_directory(cfg) -> tuple:
-    """Cheap layout checks, then the file lists: (class_names, {source split name: [FileEntry]}).
-
-    Raises DataError (one line naming the path and what is expected) before any file is decoded.
-    """
-    d = cfg.data
-    root = Path(d.path)
-    hint = _layout_hint(cfg)
+def _check_root(root: Path, hint: str) -> None:
     if not root.exists():
         raise DataError(f"{root}: data directory not found; {hint}")
     if not root.is_dir():
         raise DataError(f"{root}: not a directory; {hint}")
     if not any(root.iterdir()):
         raise DataError(f"{root}: data directory is empty; {hint}")
+
+
+def scan_directory(cfg) -> tuple:
+    """Cheap layout checks, then the file lists: (class_names, {source split name: [FileEntry]}, refused)
+    where `refused` lists (path, reason) of files the walk would not read (tfpipe.data.walk: links out of
+    the root, non-regular files). Each real file is listed once across all splits.
+
+    Raises DataError (one line naming the path and what is expected) before any file is decoded.
+    """
+    d = cfg.data
+    root = Path(d.path)
+    hint = _layout_hint(cfg)
+    _check_root(root, hint)
     extensions = _extensions(cfg)
+    walker = walk.Walk(root, Path(os.path.realpath(root)), extensions)
     wanted = [("train", d.train_split), ("test", d.test_split)]
     if d.validation_split:
         wanted.insert(1, ("validation", d.validation_split))
@@ -134,29 +131,41 @@ def scan_directory(cfg) -> tuple:
                         f"{'|'.join('*' + e for e in extensions)} files")
     if len(class_names) < 2:
         raise DataError(f"{train_dir}: only one class folder ({class_names[0]}); expected at least two classes")
-    files = {}
+    items = []
     for split, name in wanted:
-        split_dir = root / name
-        present = _class_folders(split_dir)
-        if present != class_names:
-            missing = sorted(set(class_names) - set(present))
-            extra = sorted(set(present) - set(class_names))
-            detail = "; ".join(
-                part for part in (f"missing {', '.join(missing)}" if missing else "",
-                                  f"unexpected {', '.join(extra)}" if extra else "") if part
-            )
-            raise DataError(f"{split_dir}: class folders do not match the train split's ({detail}); "
-                            f"expected {', '.join(class_names)}")
-        entries = []
-        for label, class_name in enumerate(class_names):
-            class_dir = split_dir / class_name
-            listed = _list_class(class_dir, extensions)
-            if not listed:
-                raise DataError(f"{class_dir}: empty class folder; expected "
-                                f"{'|'.join('*' + e for e in extensions)} files")
-            entries.extend(FileEntry(p.relative_to(split_dir).as_posix(), p, label) for p in listed)
-        files[split] = entries
-    return class_names, files
+        _check_classes(root / name, class_names)
+        items.extend(_list_split(walker, split, root / name, class_names))
+    files: dict = {split: [] for split, _ in wanted}
+    for split, entry in walk.dedupe(items):
+        files[split].append(entry)
+    return class_names, files, walker.refused
+
+
+def _check_classes(split_dir: Path, class_names: list) -> None:
+    present = _class_folders(split_dir)
+    if present != class_names:
+        missing = sorted(set(class_names) - set(present))
+        extra = sorted(set(present) - set(class_names))
+        detail = "; ".join(
+            part for part in (f"missing {', '.join(missing)}" if missing else "",
+                              f"unexpected {', '.join(extra)}" if extra else "") if part
+        )
+        raise DataError(f"{split_dir}: class folders do not match the train split's ({detail}); "
+                        f"expected {', '.join(class_names)}")
+
+
+def _list_split(walker: walk.Walk, split: str, split_dir: Path, class_names: list) -> list:
+    """[(Found, (split, FileEntry))] of one split, class by class."""
+    items = []
+    for label, class_name in enumerate(class_names):
+        class_dir = split_dir / class_name
+        listed = walker.list_class(class_dir)
+        if not listed:
+            raise DataError(f"{class_dir}: empty class folder; expected "
+                            f"{'|'.join('*' + e for e in walker.extensions)} files")
+        items.extend((f, (split, FileEntry(f.path.relative_to(split_dir).as_posix(), f.path, label)))
+                     for f in listed)
+    return items
 
 
 def carve_validation(entries: list, fraction: float, seed: int) -> tuple:
@@ -199,11 +208,24 @@ def select_and_order(entries: list, split: str, max_examples: Optional[int], see
     return ordered
 
 
-def decode_image_file(path: Path, size: list, channels: int) -> bytes:
-    """Raw uint8 HxWxC pixels; raises on an unreadable/corrupt/truncated image."""
+class Refused(Exception):
+    """A file refused before decoding (over a size cap); the message is the reason."""
+
+
+def decode_image_file(path: Path, size: list, channels: int, max_pixels: int) -> bytes:
+    """Raw uint8 HxWxC pixels; raises on an unreadable/corrupt/truncated image, Refused (before decoding
+    any pixel: Image.open reads only the header) when the header's width x height is over `max_pixels`."""
     from PIL import Image
 
-    with Image.open(path) as image:
+    try:
+        image = Image.open(path)
+    except Image.DecompressionBombError as exc:  # Pillow's own limit, above ours unless data.max_image_pixels is raised
+        raise Refused(f"image header says more than data.max_image_pixels={max_pixels} pixels ({exc})") from None
+    with image:
+        width, height = image.size
+        if width * height > max_pixels:
+            raise Refused(f"image header says {width}x{height} = {width * height} pixels, over "
+                          f"data.max_image_pixels={max_pixels}; refused before decoding")
         image.load()  # decodes fully: a truncated or corrupt file raises here
         mode = "RGB" if channels == 3 else "L"
         if image.mode != mode:
@@ -214,40 +236,58 @@ def decode_image_file(path: Path, size: list, channels: int) -> bytes:
         return image.tobytes()
 
 
-def decode_text_file(path: Path) -> bytes:
-    """The file's bytes, after checking they are valid UTF-8 (raises UnicodeDecodeError otherwise)."""
-    raw = path.read_bytes()
+def decode_text_file(path: Path, max_bytes: int) -> bytes:
+    """The file's bytes, after checking they are valid UTF-8 (raises UnicodeDecodeError otherwise); Refused
+    when over `max_bytes` (checked on the open file, and the read is bounded, so a growing file cannot pass)."""
+    with open(path, "rb") as fh:
+        length = os.fstat(fh.fileno()).st_size
+        raw = fh.read(max_bytes + 1) if length <= max_bytes else b""
+    if length > max_bytes or len(raw) > max_bytes:
+        raise Refused(f"{max(length, len(raw))} bytes, over data.max_text_bytes={max_bytes}; refused before reading")
     raw.decode("utf-8")
     return raw
 
 
-def open_directory(cfg) -> Source:
+def _decoder(cfg) -> tuple:
+    """(decode(path) -> bytes, what a decoding failure means)."""
+    d, ds = cfg.data, cfg.dataset
+    if ds.modality == "image":
+        size, channels = ds.image_size, ds.channels
+        return (lambda path: decode_image_file(path, size, channels, d.max_image_pixels)), "unreadable or corrupt image"
+    return (lambda path: decode_text_file(path, d.max_text_bytes)), "not a UTF-8 text file"
+
+
+def _plan(cfg, files: dict) -> dict:
     d = cfg.data
-    class_names, files = scan_directory(cfg)
     if d.validation_split:
         train, validation = files["train"], files["validation"]
     else:
         train, validation = carve_validation(files["train"], d.validation_fraction, d.seed)
-    plan = {
+    return {
         "train": select_and_order(train, "train", d.max_examples_per_split, d.seed),
         "validation": select_and_order(validation, "validation", d.max_examples_per_split, d.seed),
         "test": select_and_order(files["test"], "test", d.max_examples_per_split, d.seed),
     }
-    if cfg.dataset.modality == "image":
-        size, channels = cfg.dataset.image_size, cfg.dataset.channels
-        what = "unreadable or corrupt image"
 
-        def decode(path):
-            return decode_image_file(path, size, channels)
-    else:
-        what = "not a UTF-8 text file"
-        decode = decode_text_file
+
+def open_directory(cfg) -> Source:
+    d = cfg.data
+    class_names, files, refused = scan_directory(cfg)
+    if refused and d.on_bad_file == "fail":  # before any shard is written: the same one line as any bad file
+        BadFiles("fail", Path(os.path.abspath(d.path))).report(*refused[0])
+    plan = _plan(cfg, files)
+    decode, what = _decoder(cfg)
 
     def stream(bad: BadFiles) -> Iterator[Triple]:
+        for path, reason in refused:
+            bad.report(path, reason)
         for split in ("train", "validation", "test"):
             for entry in plan[split]:
                 try:
                     value = decode(entry.path)
+                except Refused as exc:
+                    bad.report(entry.path, str(exc))
+                    continue
                 except Exception as exc:  # noqa: BLE001 - any decoder failure is this file's fault
                     bad.report(entry.path, f"{what} ({one_line(exc, 200)})")
                     continue
