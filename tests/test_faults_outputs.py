@@ -160,3 +160,38 @@ def _eval_fields(np) -> dict:
         labels=np.array([0, 0, 1, 1]),
         predictions=np.array([0, 1, 0, 1]),
     )
+
+
+def test_a_full_artifact_store_fails_the_run_in_one_line_with_the_reason_as_a_tag(
+    small_disk, tmp_path, make_config, monkeypatch
+):
+    """The project's SQLite store, its artifact root on a full 3 MB tmpfs: the upload is one line, the run
+    ends FAILED tagged tfpipe.failure; after space is freed the same upload goes through."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from tfpipe import tracking
+
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID"):
+        monkeypatch.delenv(name, raising=False)
+    project = tmp_path / "project"
+    project.mkdir()
+    cfg = make_config("experiment=smoke", f"tracking.artifact_location={small_disk}/artifacts")
+    report = project / "report.bin"
+    report.write_bytes(os.urandom(512 * 1024))
+    _fill(small_disk)
+    try:
+        with pytest.raises(UserError) as info, tracking.start_run(cfg, project, stage="train") as run:
+            run.log_artifact(report, "reports")
+    finally:
+        while mlflow.active_run() is not None:
+            mlflow.end_run()
+        mlflow.set_tracking_uri(None)
+    message = str(info.value)
+    assert "\n" not in message and str(small_disk) in message and "no space left" in message
+    got = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}").get_run(run.run_id)
+    assert got.info.status == "FAILED" and "no space left" in got.data.tags["tfpipe.failure"]
+    (small_disk / "filler").unlink()
+    with tracking.start_run(cfg, project, stage="train") as again:
+        again.log_artifact(report, "reports")
+    mlflow.set_tracking_uri(None)
