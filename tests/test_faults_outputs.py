@@ -195,3 +195,61 @@ def test_a_full_artifact_store_fails_the_run_in_one_line_with_the_reason_as_a_ta
     with tracking.start_run(cfg, project, stage="train") as again:
         again.log_artifact(report, "reports")
     mlflow.set_tracking_uri(None)
+
+
+CONCURRENT_RUN = """
+import sys
+from pathlib import Path
+from tfpipe import config, tracking
+root, repo = Path(sys.argv[1]), Path(sys.argv[2])
+cfg = config.compose(["experiment=smoke"], config_dir=repo / "conf")
+with tracking.start_run(cfg, root, stage="train", flush_every=5, flush_seconds=0.05) as run:
+    run.log_params(cfg.flat())
+    for step in range(200):
+        run.log_metrics({"train_loss": 1.0 / (step + 1)}, step=step)
+        if step % 20 == 0:
+            run.set_tags({f"at{step}": "x"})
+print(run.run_id)
+"""
+
+LOCK_HOLDER = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+for _ in range(6):  # a third writer (a backup, `mlflow gc`) holding the write lock 2 s at a time
+    db.execute("BEGIN IMMEDIATE"); time.sleep(2); db.execute("COMMIT"); time.sleep(0.5)
+"""
+
+
+@pytest.mark.slow
+def test_two_runs_logging_to_one_sqlite_store_at_once_both_finish(tmp_path):
+    """Two real processes log params, tags and 200 steps each to one mlflow.db while a third holds its
+    write lock in 2 s bursts: both finish, every step logged once, no 'database is locked' shown."""
+    from mlflow import MlflowClient
+
+    from tfpipe.tracking import backend
+
+    db = tmp_path / "mlflow.db"
+    backend.init_store(f"sqlite:///{db}")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID"):
+        env.pop(name, None)
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(db)])
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONCURRENT_RUN, str(tmp_path), str(ROOT)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [proc.communicate(timeout=300) for proc in runs]
+    holder.wait(timeout=60)
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    for proc, (out, err) in zip(runs, outputs):
+        assert proc.returncode == 0 and "locked" not in err, err[-2000:]
+        run = client.get_run(out.strip().splitlines()[-1])
+        assert run.info.status == "FINISHED"
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")]
+        assert sorted(steps) == list(range(200))
