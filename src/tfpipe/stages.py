@@ -67,8 +67,9 @@ def run_train(cfg: Config, root: Path):
         result = training.train(cfg, prepared_dir=prepared, output_dir=workdir.path, sink=run)
         if not chief:  # only the chief writes the run, metrics, plots and state; workers used scratch dirs
             return result
-        workdir.mark_complete(fingerprint, result.weights_sha256)
         _log_training(run, cfg, result, workdir, root, prepared, manifest, digest, prov)
+        # last: a full disk or a failed upload before this leaves the run to resume (at its final step)
+        workdir.mark_complete(fingerprint, result.weights_sha256)
     return result
 
 
