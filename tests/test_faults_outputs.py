@@ -103,14 +103,22 @@ def test_a_killed_export_leaves_the_old_whole_model_or_none(tmp_path):
     assert not list(tmp_path.glob(".saved_model.*-*")) and files.check_seal(target) is None
 
 
-def test_a_full_disk_while_exporting_is_one_line_and_leaves_the_old_model(small_disk):
+@pytest.mark.parametrize("fault", ["full", "read-only"])
+def test_a_full_or_read_only_disk_while_exporting_is_one_line_and_leaves_the_old_model(small_disk, fault):
     target = small_disk / "saved_model"
     _export(_tiny_model(), target)
-    with pytest.raises(UserError) as info:
-        _export(_tiny_model(units=25_000), target)  # 4.8 MB of weights on a 3 MB disk
+    if fault == "read-only":
+        subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    try:
+        with pytest.raises(UserError) as info:
+            _export(_tiny_model(units=25_000), target)  # 4.8 MB of weights on a 3 MB disk
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
     message = str(info.value)
-    assert "\n" not in message and str(small_disk) in message and "no space left" in message
-    assert "MB" in message and files.check_seal(target) is None  # the old model, whole
+    assert "\n" not in message and str(small_disk) in message
+    assert ("no space left" if fault == "full" else "not writable") in message
+    assert fault != "full" or "MB" in message
+    assert files.check_seal(target) is None  # the old model, whole
     assert not list(small_disk.glob(".saved_model.*"))
 
 
