@@ -88,6 +88,9 @@ def _export(path: Path, fn, spec) -> Path:
     tf.saved_model.save(
         module, str(path), signatures={"serving_default": module.serve.get_concrete_function()}
     )
+    from tfpipe import files
+
+    files.seal(path)  # what export_saved_model does: evaluate loads only sealed models
     return path
 
 

@@ -8,6 +8,7 @@ uninterrupted one, and the MLflow run holds every step's metrics exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -390,3 +391,31 @@ def test_a_full_or_read_only_disk_while_saving_stops_in_one_line_and_the_same_co
     assert not list((out / "checkpoints").glob("*_temp*"))  # no half-written save left looking like one
     resumed = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=out)
     assert resumed.resumed_at_step == 2 and resumed.weights_sha256 == reference.weights_sha256
+
+
+@pytest.mark.slow
+def test_a_full_metrics_folder_after_training_is_one_line_and_the_next_run_resumes(
+    prepared_image, tmp_path, small_disk
+):
+    """metrics/ on a full tmpfs when the train stage writes metrics/train.json: one line naming the folder,
+    exit 2, the run FAILED with the reason as tfpipe.failure; after space is freed the same command resumes
+    at the final step into the same run and finishes."""
+    project, cmd, env = _project(tmp_path, prepared_image.prepared_dir, "project")
+    cmd = [c for c in cmd if not c.startswith("train.epochs=")] + ["train.epochs=2"]
+    (project / "metrics").symlink_to(small_disk, target_is_directory=True)
+    filler = small_disk / "filler"
+    with open(filler, "wb") as fh, contextlib.suppress(OSError):  # fill it up
+        while True:
+            fh.write(b"\0" * 65536)
+            fh.flush()
+    proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and "no space left" in last and "metrics" in last, proc.stderr[-3000:]
+    client, runs = _store(project)
+    assert len(runs) == 1 and runs[0].info.status == "FAILED"
+    assert "no space left" in runs[0].data.tags["tfpipe.failure"]
+    filler.unlink()
+    assert "resuming" in _run(cmd, project, env)
+    client, runs = _store(project)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert (project / "metrics" / "train.json").is_file()

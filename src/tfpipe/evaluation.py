@@ -138,13 +138,21 @@ def score(labels, probabilities, class_names) -> EvalResult:
 # ----------------------------------------------------------------------------- the SavedModel
 
 
-def _serving_fn(saved_model_dir: Path):
-    import tensorflow as tf
-
+def check_complete(saved_model_dir: Path) -> None:
+    """A SavedModel is loaded only when its export finished: the seal written last matches every file."""
     if not (saved_model_dir / "saved_model.pb").is_file():
         raise DataError(
             f"{saved_model_dir}: no SavedModel found (saved_model.pb missing); run the train stage first"
         )
+    why = files.check_seal(saved_model_dir)
+    if why:
+        raise DataError(f"{saved_model_dir}: incomplete SavedModel: {why}; re-run the train stage")
+
+
+def _serving_fn(saved_model_dir: Path):
+    import tensorflow as tf
+
+    check_complete(saved_model_dir)
     loaded = tf.saved_model.load(str(saved_model_dir))
     if "serving_default" not in loaded.signatures:
         raise DataError(
@@ -237,6 +245,10 @@ def write_confusion_png(result: EvalResult, path) -> None:
 
 
 def write_reports(result: EvalResult, *, metrics_path, confusion_csv_path, confusion_png_path) -> None:
-    write_metrics(result, metrics_path)
-    write_confusion_csv(result, confusion_csv_path)
-    write_confusion_png(result, confusion_png_path)
+    for path, write in (
+        (metrics_path, write_metrics),
+        (confusion_csv_path, write_confusion_csv),
+        (confusion_png_path, write_confusion_png),
+    ):
+        with files.saving(Path(path).parent, Path(path).name):
+            write(result, path)

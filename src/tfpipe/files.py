@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import json
 import os
 import shutil
@@ -51,3 +53,76 @@ def clear_folder(path: str | os.PathLike) -> None:
             shutil.rmtree(child)
         else:
             child.unlink()
+
+
+# ----------------------------------------------------------------------------- a save that cannot finish
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def save_cause(exc: BaseException, needed_bytes: int | None = None) -> str | None:
+    """'no space left ...' / 'the folder is not writable ...' for a full or read-only disk (an OSError, or a
+    TensorFlow error that ends in the OS's reason), None for any other failure."""
+    code = getattr(exc, "errno", None)
+    text = str(exc).lower()
+    if code in _NO_SPACE or "space left" in text or type(exc).__name__ == "ResourceExhaustedError":
+        need = f" (the save needs about {needed_bytes / 1e6:.1f} MB)" if needed_bytes else ""
+        return f"no space left on the device{need}"
+    if code in _NOT_WRITABLE or "read-only" in text or "permission denied" in text:
+        return "the folder is not writable (read-only or permission denied)"
+    return None
+
+
+@contextlib.contextmanager
+def saving(folder: str | os.PathLike, what: str, needed_bytes: int | None = None, fix: str = "") -> Iterator:
+    """Turn a full or read-only disk while writing `what` into `folder` into one line (a UserError, exit 2)
+    naming the folder, the cause and the space needed; other failures pass through unchanged."""
+    from tfpipe.errors import UserError
+
+    try:
+        yield
+    except Exception as exc:
+        cause = save_cause(exc, needed_bytes)
+        if cause is None or isinstance(exc, UserError):
+            raise
+        fix = fix or "free space or make it writable and run the same command again"
+        raise UserError(f"{folder}: cannot save {what}: {cause}; {fix}") from None
+
+
+def folder_size(path: str | os.PathLike) -> int:
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+# ----------------------------------------------------------------------------- a folder sealed when whole
+
+SEAL = "tfpipe_digest.json"
+
+
+def _digest(folder: Path) -> dict:
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name != SEAL:
+            out[p.relative_to(folder).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def seal(folder: str | os.PathLike) -> None:
+    """Record every file's digest in `folder`/SEAL, written last: a folder without it was never finished."""
+    folder = Path(folder)
+    write_json(folder / SEAL, {"files": _digest(folder)}, sort_keys=True)
+
+
+def check_seal(folder: str | os.PathLike) -> str | None:
+    """None when `folder` is whole (its files match its seal), else why not."""
+    folder = Path(folder)
+    try:
+        recorded = json.loads((folder / SEAL).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"no valid {SEAL} (the save never finished)"
+    actual = _digest(folder)
+    changed = sorted(set(recorded) ^ set(actual) | {k for k in recorded if actual.get(k) != recorded[k]})
+    return f"{len(changed)} file(s) missing or changed since it was saved ({changed[0]})" if changed else None

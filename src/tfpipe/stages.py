@@ -67,8 +67,9 @@ def run_train(cfg: Config, root: Path):
         result = training.train(cfg, prepared_dir=prepared, output_dir=workdir.path, sink=run)
         if not chief:  # only the chief writes the run, metrics, plots and state; workers used scratch dirs
             return result
-        workdir.mark_complete(fingerprint, result.weights_sha256)
         _log_training(run, cfg, result, workdir, root, prepared, manifest, digest, prov)
+        # last: a full disk or a failed upload before this leaves the run to resume (at its final step)
+        workdir.mark_complete(fingerprint, result.weights_sha256)
     return result
 
 
@@ -103,8 +104,10 @@ def _log_training(
         "global_batch_size": result.global_batch_size,
         "num_params": result.num_params,
     }
-    files.write_json(root / TRAIN_METRICS, summary, sort_keys=True)
-    _write_history(root / HISTORY_CSV, result.history)
+    with files.saving((root / TRAIN_METRICS).parent, TRAIN_METRICS):
+        files.write_json(root / TRAIN_METRICS, summary, sort_keys=True)
+    with files.saving((root / HISTORY_CSV).parent, HISTORY_CSV):
+        _write_history(root / HISTORY_CSV, result.history)
     run.log_artifact(root / TRAIN_METRICS, "metrics")
     run.log_artifact(root / HISTORY_CSV, "plots")
     files_, prefix = result.workdir.latest_checkpoint()
@@ -134,10 +137,7 @@ def run_evaluate(cfg: Config, root: Path):
     cfg = _rooted(cfg, root)
     prepared = Path(cfg.data.output_dir)
     saved_model = model_dir(cfg, root) / "saved_model"
-    if not (saved_model / "saved_model.pb").is_file():
-        from tfpipe.errors import DataError
-
-        raise DataError(f"{saved_model}: no SavedModel found; run the train stage first")
+    evaluation.check_complete(saved_model)  # before any run is opened: an unfinished export is refused
     manifest = data.load_manifest(prepared)
     data.verify_shards(prepared, manifest)
     digest = data.manifest_digest(prepared)

@@ -155,21 +155,13 @@ class WorkDir:
             raise UserError(self._save_failed(step, exc)) from None
 
     def _save_failed(self, step: int, exc: BaseException) -> str:
-        import tensorflow as tf
-
-        text = one_line(exc).lower()  # TensorFlow puts the OS's reason at the end of a long message
         previous = self._manager.latest_checkpoint if self._manager else None
         size = (
             sum(p.stat().st_size for p in self.checkpoint_dir.glob(f"{Path(previous).name}.*"))
             if previous
             else 0
         )
-        if "space left" in text or isinstance(exc, tf.errors.ResourceExhaustedError):
-            cause = f"no space left on the device (a checkpoint needs about {size / 1e6:.1f} MB)"
-        elif "permission" in text or "read-only" in text:
-            cause = "the folder is not writable (read-only or permission denied)"
-        else:
-            cause = "..." + one_line(exc)[-200:]
+        cause = files.save_cause(exc, size) or "..." + one_line(exc)[-200:]
         resume = f"it resumes from {Path(previous).name}" if previous else "it starts over"
         return f"{self.checkpoint_dir}: cannot save checkpoint ckpt-{step}: {cause}; fix that and run the same command again: {resume}"
 
@@ -212,7 +204,8 @@ class WorkDir:
     def append_history(self, row: dict) -> None:
         self.history.append(row)
         if self._scratch is None:  # the chief's
-            files.write_json(self.checkpoint_dir / HISTORY_FILE, self.history)
+            with files.saving(self.checkpoint_dir, HISTORY_FILE):
+                files.write_json(self.checkpoint_dir / HISTORY_FILE, self.history)
 
     def _read_history(self) -> List[dict]:
         path = self.checkpoint_dir / HISTORY_FILE

@@ -17,6 +17,8 @@ from typing import Optional, Sequence
 import keras
 import tensorflow as tf
 
+from tfpipe import files
+
 CLASS_NAMES_ASSET = "class_names.txt"
 SIGNATURE = "serving_default"
 
@@ -36,7 +38,19 @@ def _probabilities(model: keras.Model, inputs) -> dict:
     return {"probabilities": tf.cast(probs, tf.float32)}
 
 
-def export_saved_model(
+def export_saved_model(model: keras.Model, export_dir, **kwargs) -> None:
+    """Write `model` as a SavedModel at export_dir: into a temporary sibling, sealed (files.seal) and renamed
+    into place when whole, so a kill at any moment leaves the old sealed model or none; a full or read-only
+    disk stops with one line (files.saving); temporary siblings of an interrupted export are removed first."""
+    export_dir = Path(export_dir)
+    for kind in ("tmp", "old"):
+        for stale in export_dir.parent.glob(f".{export_dir.name}.{kind}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+    with files.saving(export_dir.parent, "the SavedModel", model.count_params() * 4):
+        _export_saved_model(model, export_dir, **kwargs)
+
+
+def _export_saved_model(
     model: keras.Model,
     export_dir,
     *,
@@ -82,6 +96,7 @@ def export_saved_model(
         module.serve = serve
         out = staging / "saved_model"
         tf.saved_model.save(module, str(out), signatures={SIGNATURE: serve.get_concrete_function()})
+        files.seal(out)  # written last, checked at load (evaluation.check_complete)
         _replace_dir(out, export_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

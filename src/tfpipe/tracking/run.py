@@ -15,6 +15,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Param, RunTag
 from mlflow.exceptions import MlflowException
 
+from tfpipe import files
 from tfpipe.errors import TrackingError, one_line
 from tfpipe.tracking.redact import redact, redact_tree
 from tfpipe.tracking.sink import BATCH_METRICS, MAX_KEY, MetricsBuffer
@@ -38,6 +39,10 @@ def _wrap_errors(method):
             raise TrackingError(
                 f"MLflow {method.__name__} failed for run {self.run_id}: {one_line(exc, 500)}"
             ) from None
+        except OSError:  # a full or read-only local artifact store: one line (files.saving)
+            where = self.client.get_run(self.run_id).info.artifact_uri
+            with files.saving(where, f"the artifacts of run {self.run_id}", fix="free space and run again"):
+                raise
 
     return wrapper
 
@@ -94,8 +99,16 @@ class Run:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        if _status(exc_type, exc) == "FAILED":  # the reason, searchable: tags.tfpipe.failure
+            self._tag_failure(exc)
         self.close(_status(exc_type, exc), _raise=exc_type is None)
         return False
+
+    def _tag_failure(self, exc: BaseException) -> None:
+        try:
+            self.client.set_tag(self.run_id, "tfpipe.failure", one_line(exc, 500))
+        except Exception as err:  # never mask the exception that is ending the stage
+            log.warning("could not tag run %s with its failure: %s", self.run_id, one_line(err, 200))
 
     def close(self, status: str = "FINISHED", *, _raise: bool = True) -> None:
         """Flush metrics, tag the stage outcome and end the run with `status` (idempotent)."""
