@@ -1,0 +1,264 @@
+"""strategy.launcher=ray: the train stage for multi_worker_mirrored through Ray Train's TensorflowTrainer.
+
+Fast: the refusals (one line, exit 2, before Ray or TensorFlow start) and the KubeRay RayJob manifest,
+validated offline. Slow: `python -m pipeline.train ... strategy.launcher=ray` starts a real local Ray (its
+own temp dir, 2 CPUs; stopped with the driver) whose 2 workers train tiny data to one MLflow run; then a
+worker's process is SIGKILLed mid-training, Ray starts the worker group again (FailureConfig(max_failures=1))
+and the chief resumes from its checkpoint in the same run, every step's metrics logged exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.test_multiworker import _runs, make_project, project_env
+from tfpipe import ray_launcher
+
+ROOT = Path(__file__).resolve().parents[1]
+RAY = ("strategy=multi_worker_mirrored", "strategy.launcher=ray", "strategy.num_workers=2")
+TINY = (
+    "model.filters=[4]",
+    "model.dense_units=8",
+    "train.batch_size_per_replica=2",
+    "train.optimizer.learning_rate=0.01",
+    "train.log_every_steps=1",
+    "train.checkpoint_every_steps=3",
+    "tracking.log_model=false",
+    "train.tensorboard=false",
+)
+
+
+def _train(project: Path, *overrides: str, env=None, timeout: float = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pipeline.train", *overrides]
+    return subprocess.run(
+        cmd, cwd=project, env=env or project_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _one_line_exit_2(proc, expected: str) -> None:
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == f"train: error: {expected}"
+
+
+# ----------------------------------------------------------------------------- fast: refusals
+
+
+def test_ray_with_parameter_server_is_refused_in_one_line(tmp_path):
+    project = make_project(tmp_path)
+    proc = _train(project, "strategy=parameter_server", "+strategy.launcher=ray")
+    _one_line_exit_2(
+        proc,
+        "strategy.launcher=ray: Ray Train runs only multi_worker_mirrored, not strategy.name='parameter_server'; "
+        "use strategy=multi_worker_mirrored, or strategy.launcher=local",
+    )
+
+
+def test_an_unknown_launcher_is_refused_with_a_did_you_mean(tmp_path):
+    proc = _train(make_project(tmp_path), "strategy=multi_worker_mirrored", "strategy.launcher=rya")
+    _one_line_exit_2(proc, "strategy.launcher='rya': not allowed (did you mean 'ray'?); allowed: local, ray")
+
+
+def test_ray_not_installed_stops_in_one_line_before_any_data_is_read(tmp_path):
+    """A `ray` without its Train part on the path (what `pip install ray` without [train] gives): the fix
+    is named; the data folder does not exist, so reaching the data would fail differently."""
+    shadow = tmp_path / "shadow" / "ray"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    env = project_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "shadow"), env["PYTHONPATH"]])
+    project = make_project(tmp_path / "project")
+    proc = _train(project, *RAY, f"data.output_dir={tmp_path / 'missing'}", env=env)
+    _one_line_exit_2(proc, "strategy.launcher=ray: Ray Train is not installed; pip install -e .[ray]")
+    assert not (project / "models").exists()
+
+
+def test_the_local_launcher_stays_the_default():
+    from tfpipe import config
+
+    cfg = config.compose(["strategy=multi_worker_mirrored"], config_dir=ROOT / "conf")
+    assert cfg.strategy.launcher == "local" and cfg.strategy.ray_address is None
+
+
+# ----------------------------------------------------------------------------- fast: the RayJob manifest
+
+# Fields of KubeRay's ray.io/v1 API (https://ray-project.github.io/kuberay/reference/api/): RayJobSpec,
+# RayClusterSpec, HeadGroupSpec, WorkerGroupSpec. A typo'd field is what the cluster would refuse at apply.
+RAYJOB_SPEC = {
+    "activeDeadlineSeconds", "backoffLimit", "clusterSelector", "deletionStrategy", "entrypoint",
+    "entrypointNumCpus", "entrypointNumGpus", "entrypointResources", "jobId", "managedBy", "metadata",
+    "rayClusterSpec", "runtimeEnvYAML", "shutdownAfterJobFinishes", "submissionMode", "submitterConfig",
+    "submitterPodTemplate", "suspend", "ttlSecondsAfterFinished",
+}  # fmt: skip
+CLUSTER_SPEC = {
+    "autoscalerOptions", "enableInTreeAutoscaling", "gcsFaultToleranceOptions", "headGroupSpec",
+    "headServiceAnnotations", "managedBy", "rayVersion", "suspend", "workerGroupSpecs", "authOptions",
+}  # fmt: skip
+HEAD_SPEC = {"enableIngress", "headService", "rayStartParams", "serviceType", "template"}
+WORKER_SPEC = {
+    "groupName", "idleTimeoutSeconds", "maxReplicas", "minReplicas", "numOfHosts", "rayStartParams",
+    "replicas", "scaleStrategy", "suspend", "template",
+}  # fmt: skip
+
+
+def _check_rayjob(doc: dict) -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    from kubernetes_validate.utils import latest_version
+
+    assert doc["apiVersion"] == "ray.io/v1" and doc["kind"] == "RayJob"
+    spec, cluster = doc["spec"], doc["spec"]["rayClusterSpec"]
+    assert set(spec) <= RAYJOB_SPEC and set(cluster) <= CLUSTER_SPEC
+    assert set(cluster["headGroupSpec"]) <= HEAD_SPEC
+    groups = cluster["workerGroupSpecs"]
+    assert all(set(g) <= WORKER_SPEC for g in groups)
+    params = [cluster["headGroupSpec"]["rayStartParams"], *[g["rayStartParams"] for g in groups]]
+    assert all(isinstance(v, str) for p in params for v in p.values())  # KubeRay: map[string]string
+    templates = [cluster["headGroupSpec"]["template"], *[g["template"] for g in groups]]
+    for template in templates:  # the pods, as core/v1 PodTemplate, strict
+        pod_template = {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": "t"},
+            "template": template,
+        }
+        kubernetes_validate.validate(pod_template, latest_version(), strict=True)
+
+
+def test_rayjob_manifest_is_a_valid_kuberay_rayjob():
+    text = ray_launcher.render_rayjob(
+        "demo", "registry.example/tfpipe:1", num_workers=3, overrides=["train.epochs=5", "dataset=imdb"]
+    )
+    doc = yaml.safe_load(text)
+    _check_rayjob(doc)
+    workers = doc["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    assert workers["replicas"] == workers["minReplicas"] == workers["maxReplicas"] == 3
+    assert doc["spec"]["entrypoint"] == (
+        "python -m pipeline.train strategy=multi_worker_mirrored strategy.launcher=ray "
+        "strategy.num_workers=3 train.epochs=5 dataset=imdb"
+    )
+    assert doc["spec"]["rayClusterSpec"]["rayVersion"] == "2.60.0"
+
+
+def test_rayjob_checks_can_fail():
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    doc = yaml.safe_load(ray_launcher.render_rayjob("demo", "img:1"))
+    typo = json.loads(json.dumps(doc))
+    typo["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["imagee"] = "x"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _check_rayjob(typo)
+    typo = json.loads(json.dumps(doc))
+    typo["spec"]["entrypoints"] = "x"
+    with pytest.raises(AssertionError):
+        _check_rayjob(typo)
+
+
+# ----------------------------------------------------------------------------- slow: a real local Ray
+
+
+def _ray_env(pid_dir: Path | None = None) -> dict:
+    env = project_env()
+    env.pop("RAY_ADDRESS", None)  # a Ray of our own, started by the driver and stopped with it
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="tfr", dir="/tmp")  # short: Ray's socket paths
+    if pid_dir is not None:
+        env[ray_launcher.PID_DIR_ENV] = str(pid_dir)
+    return env
+
+
+def _latest_step(project: Path) -> int:
+    index = project / "models" / "cifar10" / "checkpoints" / "checkpoint"
+    if not index.is_file():
+        return 0
+    first = index.read_text().splitlines()[0]  # model_checkpoint_path: "ckpt-N"
+    return int(first.rsplit("-", 1)[1].rstrip('"'))
+
+
+def _steps_once(project: Path, db: Path, epochs: int):
+    from mlflow import MlflowClient
+
+    runs = _runs(db)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    run = runs[0]
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    total = json.loads((project / "metrics" / "train.json").read_text())["steps"]
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")]
+    assert sorted(steps) == list(range(1, total + 1)), "every step logged exactly once"
+    epochs_logged = [m.step for m in client.get_metric_history(run.info.run_id, "val_loss")]
+    assert sorted(epochs_logged) == list(range(epochs)), "every epoch's val_loss exactly once"
+    return run
+
+
+@pytest.mark.slow
+def test_two_ray_workers_train_to_one_finished_run(prepared_image, tmp_path):
+    project = make_project(tmp_path / "ray")
+    db = project / "mlflow.db"
+    args = (
+        *TINY,
+        "train.epochs=2",
+        f"data.output_dir={prepared_image.prepared_dir}",
+        f"tracking.uri=sqlite:///{db}",
+    )
+    started = time.monotonic()
+    proc = _train(project, *RAY, *args, env=_ray_env())
+    ray_seconds = time.monotonic() - started
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "[ray] done: 2 workers finished" in proc.stdout
+    run = _steps_once(project, db, epochs=2)
+    tags = run.data.tags
+    assert tags["strategy"] == "multi_worker_mirrored" and tags["strategy.worker_count"] == "2"
+    assert "tfpipe.resumes" not in tags
+    assert _latest_step(project) > 0  # checkpoints in the work directory, as with the local launcher
+    assert (project / "models" / "cifar10" / "saved_model" / "saved_model.pb").is_file()
+
+    local = make_project(tmp_path / "local")  # the same tiny job through the local launcher, for the timing
+    started = time.monotonic()
+    proc = _train(
+        local, "strategy=multi_worker_mirrored", *args[:-1], f"tracking.uri=sqlite:///{local / 'm.db'}"
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    print(
+        f"\nwall time, 2 workers, 2 epochs: ray {ray_seconds:.1f}s, local launcher {time.monotonic() - started:.1f}s"
+    )
+
+
+def _kill_worker_after(proc, project: Path, pid_file: Path, step: int, timeout: float = 300) -> int:
+    deadline = time.monotonic() + timeout
+    while _latest_step(project) < step or not pid_file.is_file():
+        assert proc.poll() is None, f"the job ended before step {step}:\n{proc.stdout.read()[-3000:]}"
+        assert time.monotonic() < deadline, "no checkpoint in time"
+        time.sleep(0.05)
+    pid = int(pid_file.read_text())
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_restarted_by_ray_and_the_run_resumes(prepared_image, tmp_path):
+    project = make_project(tmp_path / "project")
+    db = project / "mlflow.db"
+    pids = tmp_path / "pids"
+    cmd = [sys.executable, "-m", "pipeline.train", *RAY, "strategy.max_restarts=1", *TINY, "train.epochs=12"]
+    cmd += [f"data.output_dir={prepared_image.prepared_dir}", f"tracking.uri=sqlite:///{db}"]
+    proc = subprocess.Popen(
+        cmd, cwd=project, env=_ray_env(pids), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        killed = _kill_worker_after(proc, project, pids / "worker-1.pid", step=6)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out[-4000:]
+    assert int((pids / "worker-1.pid").read_text()) != killed, "Ray started worker 1 again"
+    run = _steps_once(project, db, epochs=12)
+    assert run.data.tags["tfpipe.resumes"] == "1"
+    assert int(run.data.tags["tfpipe.resumed_at_step"]) >= 6
