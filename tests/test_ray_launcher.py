@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -164,13 +165,15 @@ def test_rayjob_checks_can_fail():
 # ----------------------------------------------------------------------------- slow: a real local Ray
 
 
-def _ray_env(pid_dir: Path | None = None) -> dict:
+@pytest.fixture
+def ray_env():
+    """The driver's environment: a Ray of its own (started by the driver, stopped with it) in a fresh temp
+    dir (short: Ray's socket paths), removed afterwards."""
     env = project_env()
-    env.pop("RAY_ADDRESS", None)  # a Ray of our own, started by the driver and stopped with it
-    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="tfr", dir="/tmp")  # short: Ray's socket paths
-    if pid_dir is not None:
-        env[ray_launcher.PID_DIR_ENV] = str(pid_dir)
-    return env
+    env.pop("RAY_ADDRESS", None)
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="tfr", dir="/tmp")
+    yield env
+    shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
 
 
 def _latest_step(project: Path) -> int:
@@ -197,7 +200,7 @@ def _steps_once(project: Path, db: Path, epochs: int):
 
 
 @pytest.mark.slow
-def test_two_ray_workers_train_to_one_finished_run(prepared_image, tmp_path):
+def test_two_ray_workers_train_to_one_finished_run(prepared_image, tmp_path, ray_env):
     project = make_project(tmp_path / "ray")
     db = project / "mlflow.db"
     args = (
@@ -207,7 +210,7 @@ def test_two_ray_workers_train_to_one_finished_run(prepared_image, tmp_path):
         f"tracking.uri=sqlite:///{db}",
     )
     started = time.monotonic()
-    proc = _train(project, *RAY, *args, env=_ray_env())
+    proc = _train(project, *RAY, *args, env=ray_env)
     ray_seconds = time.monotonic() - started
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert "[ray] done: 2 workers finished" in proc.stdout
@@ -241,14 +244,15 @@ def _kill_worker_after(proc, project: Path, pid_file: Path, step: int, timeout: 
 
 
 @pytest.mark.slow
-def test_a_killed_worker_is_restarted_by_ray_and_the_run_resumes(prepared_image, tmp_path):
+def test_a_killed_worker_is_restarted_by_ray_and_the_run_resumes(prepared_image, tmp_path, ray_env):
     project = make_project(tmp_path / "project")
     db = project / "mlflow.db"
     pids = tmp_path / "pids"
+    ray_env[ray_launcher.PID_DIR_ENV] = str(pids)  # each worker writes worker-<rank>.pid there
     cmd = [sys.executable, "-m", "pipeline.train", *RAY, "strategy.max_restarts=1", *TINY, "train.epochs=12"]
     cmd += [f"data.output_dir={prepared_image.prepared_dir}", f"tracking.uri=sqlite:///{db}"]
     proc = subprocess.Popen(
-        cmd, cwd=project, env=_ray_env(pids), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd, cwd=project, env=ray_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
         killed = _kill_worker_after(proc, project, pids / "worker-1.pid", step=6)
@@ -261,4 +265,18 @@ def test_a_killed_worker_is_restarted_by_ray_and_the_run_resumes(prepared_image,
     assert int((pids / "worker-1.pid").read_text()) != killed, "Ray started worker 1 again"
     run = _steps_once(project, db, epochs=12)
     assert run.data.tags["tfpipe.resumes"] == "1"
-    assert int(run.data.tags["tfpipe.resumed_at_step"]) >= 6
+    total = json.loads((project / "metrics" / "train.json").read_text())["steps"]
+    assert 6 <= int(run.data.tags["tfpipe.resumed_at_step"]) < total
+    assert "[ray] done: 2 workers finished" in out
+
+
+def test_missing_prepared_data_stops_in_one_line_before_ray_starts(tmp_path, ray_env):
+    """The workers would find no prepared data: the driver checks it first (Ray would only start the failing
+    workers again), one line, exit 2, and no Ray was started (its temp dir stays empty)."""
+    project = make_project(tmp_path / "project")
+    missing = tmp_path / "missing"
+    proc = _train(project, *RAY, "strategy.max_restarts=2", f"data.output_dir={missing}", env=ray_env)
+    assert proc.returncode == 2, (proc.stdout + proc.stderr)[-3000:]
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("train: error: ")
+    assert str(missing) in proc.stderr
+    assert not os.listdir(ray_env["RAY_TMPDIR"])

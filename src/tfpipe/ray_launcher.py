@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from tfpipe.errors import ConfigError, UserError
+from tfpipe.errors import ConfigError
 
 INSTALL_HINT = "pip install -e .[ray]"
 PID_DIR_ENV = "TFPIPE_RAY_PID_DIR"  # tests: each worker writes worker-<rank>.pid there (to kill one)
@@ -98,20 +98,20 @@ def _connect(address) -> bool:
     return local
 
 
-def _user_error(exc: BaseException):
-    """The worker's UserError inside Ray's WorkerGroupError, if that is what stopped training."""
-    for failure in getattr(exc, "worker_failures", {}).values():
-        seen = failure
-        while seen is not None:
-            if isinstance(seen, UserError):
-                return seen
-            seen = seen.__cause__
-    return None
+def check_data(cfg, root: Path) -> None:
+    """The prepared data the workers will read (manifest, shards), checked before Ray starts: a DataError
+    here is one line and exit 2, where a worker's would only make Ray start the worker group again."""
+    from tfpipe import data
+    from tfpipe.stages import _rooted
+
+    prepared = Path(_rooted(cfg, root).data.output_dir)
+    data.verify_shards(prepared, data.load_manifest(prepared))
 
 
 def launch(cfg, root: Path, out=None) -> int:
     """Run the job through Ray Train; 0 when every worker finished, 1 when Ray gave up."""
     check_installed()
+    check_data(cfg, root)
     st = cfg.strategy
     out = out or sys.stdout
     started = _connect(st.ray_address)
@@ -120,9 +120,6 @@ def launch(cfg, root: Path, out=None) -> int:
     try:
         trainer(cfg, root).fit()
     except TrainingFailedError as exc:
-        user = _user_error(exc)
-        if user is not None:
-            raise UserError(str(user)) from None
         out.write(f"[ray] training failed (strategy.max_restarts={st.max_restarts}): {_first_line(exc)}\n")
         return 1
     finally:
