@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -168,9 +169,11 @@ def test_rayjob_checks_can_fail():
 @pytest.fixture
 def ray_env():
     """The driver's environment: a Ray of its own (started by the driver, stopped with it) in a fresh temp
-    dir (short: Ray's socket paths), removed afterwards."""
+    dir (short: Ray's socket paths), removed afterwards; token authentication with a token of this test
+    (not the shared ~/.ray/auth_token)."""
     env = project_env()
     env.pop("RAY_ADDRESS", None)
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
     env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="tfr", dir="/tmp")
     yield env
     shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
@@ -243,16 +246,68 @@ def _kill_worker_after(proc, project: Path, pid_file: Path, step: int, timeout: 
     return pid
 
 
+HEAD_PORTS = (
+    "--port", "--node-manager-port", "--object-manager-port", "--ray-client-server-port", "--metrics-export-port",
+    "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
+)  # fmt: skip
+
+
+def _start_head(env: dict):
+    """`ray start --head --block` on loopback with free ports (not Ray's fixed defaults: other Rays may run
+    here), in its own session: the test stops exactly this process group."""
+    from tfpipe.cluster import free_ports
+
+    ports = free_ports(len(HEAD_PORTS))
+    cmd = ["ray", "start", "--head", "--block", "--disable-usage-stats", "--num-cpus=2"]
+    cmd += [f"--temp-dir={env['RAY_TMPDIR']}", "--include-dashboard=false"]
+    cmd += [f"{flag}={port}" for flag, port in zip(HEAD_PORTS, ports)]
+    log = open(Path(env["RAY_TMPDIR"]) / "head.log", "w")
+    head = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while "Ray runtime started" not in (Path(env["RAY_TMPDIR"]) / "head.log").read_text():
+        assert head.poll() is None and time.monotonic() < deadline, "ray start --head failed"
+        time.sleep(0.5)
+    return head, f"127.0.0.1:{ports[0]}"
+
+
+def _stop_head(head) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(head.pid, sig)
+        except ProcessLookupError:
+            pass
+        time.sleep(3)
+    head.wait(timeout=30)
+
+
 @pytest.mark.slow
 def test_a_killed_worker_is_restarted_by_ray_and_the_run_resumes(prepared_image, tmp_path, ray_env):
+    """On a Ray started by `ray start --head` (attached through strategy.ray_address): SIGKILL worker 1 after
+    the first checkpoints; Ray starts the worker group again (strategy.max_restarts=1 -> max_failures=1), the
+    chief resumes in the same run, every step and epoch logged once; the cluster outlives the job."""
     project = make_project(tmp_path / "project")
     db = project / "mlflow.db"
     pids = tmp_path / "pids"
     ray_env[ray_launcher.PID_DIR_ENV] = str(pids)  # each worker writes worker-<rank>.pid there
+    head, address = _start_head(ray_env)
+    try:
+        out, killed = _train_and_kill(project, db, pids, prepared_image.prepared_dir, address, ray_env)
+        assert head.poll() is None, "the driver left the cluster it attached to running"
+    finally:
+        _stop_head(head)
+    assert "[ray] done: 2 workers finished" in out, out[-4000:]
+    assert int((pids / "worker-1.pid").read_text()) != killed, "Ray started worker 1 again"
+    run = _steps_once(project, db, epochs=12)
+    assert run.data.tags["tfpipe.resumes"] == "1"
+    total = json.loads((project / "metrics" / "train.json").read_text())["steps"]
+    assert 6 <= int(run.data.tags["tfpipe.resumed_at_step"]) < total
+
+
+def _train_and_kill(project, db, pids, prepared, address, env) -> tuple:
     cmd = [sys.executable, "-m", "pipeline.train", *RAY, "strategy.max_restarts=1", *TINY, "train.epochs=12"]
-    cmd += [f"data.output_dir={prepared_image.prepared_dir}", f"tracking.uri=sqlite:///{db}"]
+    cmd += [f"data.output_dir={prepared}", f"tracking.uri=sqlite:///{db}", f"strategy.ray_address={address}"]
     proc = subprocess.Popen(
-        cmd, cwd=project, env=ray_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
         killed = _kill_worker_after(proc, project, pids / "worker-1.pid", step=6)
@@ -262,12 +317,7 @@ def test_a_killed_worker_is_restarted_by_ray_and_the_run_resumes(prepared_image,
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, out[-4000:]
-    assert int((pids / "worker-1.pid").read_text()) != killed, "Ray started worker 1 again"
-    run = _steps_once(project, db, epochs=12)
-    assert run.data.tags["tfpipe.resumes"] == "1"
-    total = json.loads((project / "metrics" / "train.json").read_text())["steps"]
-    assert 6 <= int(run.data.tags["tfpipe.resumed_at_step"]) < total
-    assert "[ray] done: 2 workers finished" in out
+    return out, killed
 
 
 def test_missing_prepared_data_stops_in_one_line_before_ray_starts(tmp_path, ray_env):
