@@ -91,6 +91,20 @@ def test_the_local_launcher_stays_the_default():
     assert cfg.strategy.launcher == "local" and cfg.strategy.ray_address is None
 
 
+def test_workers_keep_the_drivers_keras(monkeypatch):
+    """Ray's TF backend sets TF_USE_LEGACY_KERAS=1 in every worker; tf_keras is not installed, so tf.keras
+    would fail there. The worker restores the driver's value (unset -> unset)."""
+    monkeypatch.setenv(ray_launcher.LEGACY_KERAS_ENV, "1")  # as Ray's _setup_tensorflow_environment does
+    ray_launcher.restore_keras_env(None)
+    assert ray_launcher.LEGACY_KERAS_ENV not in os.environ
+    ray_launcher.restore_keras_env("0")
+    assert os.environ[ray_launcher.LEGACY_KERAS_ENV] == "0"
+    code = "import tensorflow as tf; tf.keras.layers.Dense(1)"
+    env = {**project_env(), ray_launcher.LEGACY_KERAS_ENV: "1"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert "Keras cannot be imported" in proc.stderr  # what the worker would hit without the restore
+
+
 # ----------------------------------------------------------------------------- fast: the RayJob manifest
 
 # Fields of KubeRay's ray.io/v1 API (https://ray-project.github.io/kuberay/reference/api/): RayJobSpec,
@@ -318,6 +332,28 @@ def _train_and_kill(project, db, pids, prepared, address, env) -> tuple:
             proc.wait()
     assert proc.returncode == 0, out[-4000:]
     return out, killed
+
+
+@pytest.mark.slow
+def test_without_restarts_a_killed_worker_ends_the_job_with_exit_1(prepared_image, tmp_path, ray_env):
+    """strategy.max_restarts=0 -> FailureConfig(max_failures=0): Ray gives up at the first dead worker."""
+    project = make_project(tmp_path / "project")
+    pids = tmp_path / "pids"
+    ray_env[ray_launcher.PID_DIR_ENV] = str(pids)  # the driver's local Ray hands its env to the workers
+    cmd = [sys.executable, "-m", "pipeline.train", *RAY, "strategy.max_restarts=0", *TINY, "train.epochs=12"]
+    cmd += [f"data.output_dir={prepared_image.prepared_dir}", f"tracking.uri=sqlite:///{project / 'm.db'}"]
+    proc = subprocess.Popen(
+        cmd, cwd=project, env=ray_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        _kill_worker_after(proc, project, pids / "worker-1.pid", step=3)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, out[-4000:]
+    assert "[ray] training failed (strategy.max_restarts=0)" in out
 
 
 def test_missing_prepared_data_stops_in_one_line_before_ray_starts(tmp_path, ray_env):

@@ -44,8 +44,7 @@ def check_installed() -> None:
 
 def train_loop_per_worker(config: dict) -> None:
     """One Ray Train worker: the train stage under the TF_CONFIG Ray set, in the project folder."""
-    if config.get("legacy_keras") is None:
-        os.environ.pop(LEGACY_KERAS_ENV, None)
+    restore_keras_env(config.get("legacy_keras"))
     root = Path(config["root"])
     root = root if root.is_dir() else Path.cwd()  # another node: the job's working_dir
     os.chdir(root)
@@ -53,6 +52,15 @@ def train_loop_per_worker(config: dict) -> None:
     from tfpipe.stages import run_train
 
     run_train(config["cfg"], root)
+
+
+def restore_keras_env(driver_value) -> None:
+    """Undo Ray's TF_USE_LEGACY_KERAS=1 (tf.keras -> tf_keras, not installed) unless the driver had it set:
+    tf.keras then stays Keras 3, as in a launcher child. TensorFlow reads it at the first tf.keras access."""
+    if driver_value is None:
+        os.environ.pop(LEGACY_KERAS_ENV, None)
+    else:
+        os.environ[LEGACY_KERAS_ENV] = driver_value
 
 
 def _write_pid(root: Path) -> None:
