@@ -239,7 +239,12 @@ def launch(cfg, root: Path, train_args: Sequence[str] = (), grace: Optional[floa
 
 def launch_stage(cfg, root: Path, train_args: Sequence[str] = ()) -> None:
     """The `launch` entry point: the job's exit code becomes the process's."""
-    code = launch(cfg, root, train_args)
+    if cfg.strategy.launcher == "ray":  # Ray Train starts the workers (tfpipe.ray_launcher)
+        from tfpipe import ray_launcher
+
+        code = ray_launcher.launch(cfg, root)
+    else:
+        code = launch(cfg, root, train_args)
     if code:
         raise SystemExit(code)
 

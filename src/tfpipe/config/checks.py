@@ -9,6 +9,9 @@ from typing import Any, Optional
 from tfpipe.choices import TRACKING_SCHEMES
 from tfpipe.errors import ConfigError
 
+LAUNCHERS = ("local", "ray")  # strategy.launcher: tfpipe.launcher, or Ray Train (tfpipe.ray_launcher)
+RAY_STRATEGIES = ("multi_worker_mirrored",)  # what Ray Train's TensorflowTrainer sets TF_CONFIG up for
+
 # a tf.distribute device string: [/job:J][/replica:R][/task:T]/[device:]TYPE[:INDEX]
 DEVICE_RE = re.compile(
     r"^(?:/job:[A-Za-z0-9_-]+)?(?:/replica:\d+)?(?:/task:\d+)?/?(?:device:)?(?P<type>cpu|gpu|tpu)(?::(?P<index>\d+))?$",
@@ -38,6 +41,16 @@ def positive(key: str, value: Any, allow_none: bool = False) -> None:
 def non_negative(key: str, value: float) -> None:
     if value < 0:
         raise ConfigError(f"{key}={value!r}: must be >= 0")
+
+
+def launcher(value: str, strategy: str) -> None:
+    """strategy.launcher: local, or ray (Ray Train runs only multi_worker_mirrored)."""
+    choice("strategy.launcher", value, LAUNCHERS)
+    if value == "ray" and strategy not in RAY_STRATEGIES:
+        raise ConfigError(
+            f"strategy.launcher=ray: Ray Train runs only {', '.join(RAY_STRATEGIES)}, not "
+            f"strategy.name={strategy!r}; use strategy=multi_worker_mirrored, or strategy.launcher=local"
+        )
 
 
 def device(key: str, value: str) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from tfpipe import choices
-from tfpipe.config.checks import choice, device, non_negative, positive, tracking_uri
+from tfpipe.config.checks import choice, device, launcher, non_negative, positive, tracking_uri
 from tfpipe.errors import ConfigError
 
 
@@ -203,6 +203,8 @@ class StrategyConfig:
     tpu: Optional[str] = None  # tpu: TPUClusterResolver name/address ('' or null: local TPU)
     max_restarts: int = 0  # local launcher: restarts of the whole job after a process dies
     stop_grace_seconds: float = 10.0  # local launcher: SIGTERM -> SIGKILL delay when stopping the others
+    launcher: str = "local"  # multi_worker_mirrored: local | ray (Ray Train, tfpipe.ray_launcher)
+    ray_address: Optional[str] = None  # launcher=ray: Ray's address (null: RAY_ADDRESS, else a local Ray)
 
     def check(self, cfg) -> None:
         choice("strategy.name", self.name, choices.STRATEGIES)
@@ -213,6 +215,7 @@ class StrategyConfig:
         if self.name == "parameter_server":
             positive("strategy.num_ps", self.num_ps)
         non_negative("strategy.max_restarts", self.max_restarts)
+        launcher(self.launcher, self.name)
         if self.devices is not None and not self.devices:
             raise ConfigError("strategy.devices=[]: give at least one device, or null for all devices")
         if self.device is not None:

@@ -1,0 +1,368 @@
+"""strategy.launcher=ray: the train stage for multi_worker_mirrored through Ray Train's TensorflowTrainer.
+
+Fast: the refusals (one line, exit 2, before Ray or TensorFlow start) and the KubeRay RayJob manifest,
+validated offline. Slow: `python -m pipeline.train ... strategy.launcher=ray` starts a real local Ray (its
+own temp dir, 2 CPUs; stopped with the driver) whose 2 workers train tiny data to one MLflow run; then a
+worker's process is SIGKILLed mid-training, Ray starts the worker group again (FailureConfig(max_failures=1))
+and the chief resumes from its checkpoint in the same run, every step's metrics logged exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.test_multiworker import _runs, make_project, project_env
+from tfpipe import ray_launcher
+
+ROOT = Path(__file__).resolve().parents[1]
+RAY = ("strategy=multi_worker_mirrored", "strategy.launcher=ray", "strategy.num_workers=2")
+TINY = (
+    "model.filters=[4]",
+    "model.dense_units=8",
+    "train.batch_size_per_replica=2",
+    "train.optimizer.learning_rate=0.01",
+    "train.log_every_steps=1",
+    "train.checkpoint_every_steps=3",
+    "tracking.log_model=false",
+    "train.tensorboard=false",
+)
+
+
+def _train(project: Path, *overrides: str, env=None, timeout: float = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pipeline.train", *overrides]
+    return subprocess.run(
+        cmd, cwd=project, env=env or project_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _one_line_exit_2(proc, expected: str) -> None:
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == f"train: error: {expected}"
+
+
+# ----------------------------------------------------------------------------- fast: refusals
+
+
+def test_ray_with_parameter_server_is_refused_in_one_line(tmp_path):
+    project = make_project(tmp_path)
+    proc = _train(project, "strategy=parameter_server", "+strategy.launcher=ray")
+    _one_line_exit_2(
+        proc,
+        "strategy.launcher=ray: Ray Train runs only multi_worker_mirrored, not strategy.name='parameter_server'; "
+        "use strategy=multi_worker_mirrored, or strategy.launcher=local",
+    )
+
+
+def test_an_unknown_launcher_is_refused_with_a_did_you_mean(tmp_path):
+    proc = _train(make_project(tmp_path), "strategy=multi_worker_mirrored", "strategy.launcher=rya")
+    _one_line_exit_2(proc, "strategy.launcher='rya': not allowed (did you mean 'ray'?); allowed: local, ray")
+
+
+def test_ray_not_installed_stops_in_one_line_before_any_data_is_read(tmp_path):
+    """A `ray` without its Train part on the path (what `pip install ray` without [train] gives): the fix
+    is named; the data folder does not exist, so reaching the data would fail differently."""
+    shadow = tmp_path / "shadow" / "ray"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    env = project_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "shadow"), env["PYTHONPATH"]])
+    project = make_project(tmp_path / "project")
+    proc = _train(project, *RAY, f"data.output_dir={tmp_path / 'missing'}", env=env)
+    _one_line_exit_2(proc, "strategy.launcher=ray: Ray Train is not installed; pip install -e .[ray]")
+    assert not (project / "models").exists()
+
+
+def test_the_local_launcher_stays_the_default():
+    from tfpipe import config
+
+    cfg = config.compose(["strategy=multi_worker_mirrored"], config_dir=ROOT / "conf")
+    assert cfg.strategy.launcher == "local" and cfg.strategy.ray_address is None
+
+
+def test_workers_keep_the_drivers_keras(monkeypatch):
+    """Ray's TF backend sets TF_USE_LEGACY_KERAS=1 in every worker; tf_keras is not installed, so tf.keras
+    would fail there. The worker restores the driver's value (unset -> unset)."""
+    monkeypatch.setenv(ray_launcher.LEGACY_KERAS_ENV, "1")  # as Ray's _setup_tensorflow_environment does
+    ray_launcher.restore_keras_env(None)
+    assert ray_launcher.LEGACY_KERAS_ENV not in os.environ
+    ray_launcher.restore_keras_env("0")
+    assert os.environ[ray_launcher.LEGACY_KERAS_ENV] == "0"
+    code = "import tensorflow as tf; tf.keras.layers.Dense(1)"
+    env = {**project_env(), ray_launcher.LEGACY_KERAS_ENV: "1"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert "Keras cannot be imported" in proc.stderr  # what the worker would hit without the restore
+
+
+# ----------------------------------------------------------------------------- fast: the RayJob manifest
+
+# Fields of KubeRay's ray.io/v1 API (https://ray-project.github.io/kuberay/reference/api/): RayJobSpec,
+# RayClusterSpec, HeadGroupSpec, WorkerGroupSpec. A typo'd field is what the cluster would refuse at apply.
+RAYJOB_SPEC = {
+    "activeDeadlineSeconds", "backoffLimit", "clusterSelector", "deletionStrategy", "entrypoint",
+    "entrypointNumCpus", "entrypointNumGpus", "entrypointResources", "jobId", "managedBy", "metadata",
+    "rayClusterSpec", "runtimeEnvYAML", "shutdownAfterJobFinishes", "submissionMode", "submitterConfig",
+    "submitterPodTemplate", "suspend", "ttlSecondsAfterFinished",
+}  # fmt: skip
+CLUSTER_SPEC = {
+    "autoscalerOptions", "enableInTreeAutoscaling", "gcsFaultToleranceOptions", "headGroupSpec",
+    "headServiceAnnotations", "managedBy", "rayVersion", "suspend", "workerGroupSpecs", "authOptions",
+}  # fmt: skip
+HEAD_SPEC = {"enableIngress", "headService", "rayStartParams", "serviceType", "template"}
+WORKER_SPEC = {
+    "groupName", "idleTimeoutSeconds", "maxReplicas", "minReplicas", "numOfHosts", "rayStartParams",
+    "replicas", "scaleStrategy", "suspend", "template",
+}  # fmt: skip
+
+
+def _check_rayjob(doc: dict) -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    from kubernetes_validate.utils import latest_version
+
+    assert doc["apiVersion"] == "ray.io/v1" and doc["kind"] == "RayJob"
+    spec, cluster = doc["spec"], doc["spec"]["rayClusterSpec"]
+    assert set(spec) <= RAYJOB_SPEC and set(cluster) <= CLUSTER_SPEC
+    assert set(cluster["headGroupSpec"]) <= HEAD_SPEC
+    groups = cluster["workerGroupSpecs"]
+    assert all(set(g) <= WORKER_SPEC for g in groups)
+    params = [cluster["headGroupSpec"]["rayStartParams"], *[g["rayStartParams"] for g in groups]]
+    assert all(isinstance(v, str) for p in params for v in p.values())  # KubeRay: map[string]string
+    templates = [cluster["headGroupSpec"]["template"], *[g["template"] for g in groups]]
+    for template in templates:  # the pods, as core/v1 PodTemplate, strict
+        pod_template = {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": "t"},
+            "template": template,
+        }
+        kubernetes_validate.validate(pod_template, latest_version(), strict=True)
+
+
+def test_rayjob_manifest_is_a_valid_kuberay_rayjob():
+    text = ray_launcher.render_rayjob(
+        "demo", "registry.example/tfpipe:1", num_workers=3, overrides=["train.epochs=5", "dataset=imdb"]
+    )
+    doc = yaml.safe_load(text)
+    _check_rayjob(doc)
+    workers = doc["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    assert workers["replicas"] == workers["minReplicas"] == workers["maxReplicas"] == 3
+    assert doc["spec"]["entrypoint"] == (
+        "python -m pipeline.train strategy=multi_worker_mirrored strategy.launcher=ray "
+        "strategy.num_workers=3 train.epochs=5 dataset=imdb"
+    )
+    assert doc["spec"]["rayClusterSpec"]["rayVersion"] == "2.60.0"
+
+
+def test_rayjob_checks_can_fail():
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    doc = yaml.safe_load(ray_launcher.render_rayjob("demo", "img:1"))
+    typo = json.loads(json.dumps(doc))
+    typo["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["imagee"] = "x"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _check_rayjob(typo)
+    typo = json.loads(json.dumps(doc))
+    typo["spec"]["entrypoints"] = "x"
+    with pytest.raises(AssertionError):
+        _check_rayjob(typo)
+
+
+# ----------------------------------------------------------------------------- slow: a real local Ray
+
+
+@pytest.fixture
+def ray_env():
+    """The driver's environment: a Ray of its own (started by the driver, stopped with it) in a fresh temp
+    dir (short: Ray's socket paths), removed afterwards; token authentication with a token of this test
+    (not the shared ~/.ray/auth_token)."""
+    env = project_env()
+    env.pop("RAY_ADDRESS", None)
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="tfr", dir="/tmp")
+    yield env
+    shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+
+
+def _latest_step(project: Path) -> int:
+    index = project / "models" / "cifar10" / "checkpoints" / "checkpoint"
+    if not index.is_file():
+        return 0
+    first = index.read_text().splitlines()[0]  # model_checkpoint_path: "ckpt-N"
+    return int(first.rsplit("-", 1)[1].rstrip('"'))
+
+
+def _steps_once(project: Path, db: Path, epochs: int):
+    from mlflow import MlflowClient
+
+    runs = _runs(db)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    run = runs[0]
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    total = json.loads((project / "metrics" / "train.json").read_text())["steps"]
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")]
+    assert sorted(steps) == list(range(1, total + 1)), "every step logged exactly once"
+    epochs_logged = [m.step for m in client.get_metric_history(run.info.run_id, "val_loss")]
+    assert sorted(epochs_logged) == list(range(epochs)), "every epoch's val_loss exactly once"
+    return run
+
+
+@pytest.mark.slow
+def test_two_ray_workers_train_to_one_finished_run(prepared_image, tmp_path, ray_env):
+    project = make_project(tmp_path / "ray")
+    db = project / "mlflow.db"
+    args = (
+        *TINY,
+        "train.epochs=2",
+        f"data.output_dir={prepared_image.prepared_dir}",
+        f"tracking.uri=sqlite:///{db}",
+    )
+    started = time.monotonic()
+    proc = _train(project, *RAY, *args, env=ray_env)
+    ray_seconds = time.monotonic() - started
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "[ray] done: 2 workers finished" in proc.stdout
+    run = _steps_once(project, db, epochs=2)
+    tags = run.data.tags
+    assert tags["strategy"] == "multi_worker_mirrored" and tags["strategy.worker_count"] == "2"
+    assert "tfpipe.resumes" not in tags
+    assert _latest_step(project) > 0  # checkpoints in the work directory, as with the local launcher
+    assert (project / "models" / "cifar10" / "saved_model" / "saved_model.pb").is_file()
+
+    local = make_project(tmp_path / "local")  # the same tiny job through the local launcher, for the timing
+    started = time.monotonic()
+    proc = _train(
+        local, "strategy=multi_worker_mirrored", *args[:-1], f"tracking.uri=sqlite:///{local / 'm.db'}"
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    print(
+        f"\nwall time, 2 workers, 2 epochs: ray {ray_seconds:.1f}s, local launcher {time.monotonic() - started:.1f}s"
+    )
+
+
+def _kill_worker_after(proc, project: Path, pid_file: Path, step: int, timeout: float = 300) -> int:
+    deadline = time.monotonic() + timeout
+    while _latest_step(project) < step or not pid_file.is_file():
+        assert proc.poll() is None, f"the job ended before step {step}:\n{proc.stdout.read()[-3000:]}"
+        assert time.monotonic() < deadline, "no checkpoint in time"
+        time.sleep(0.05)
+    pid = int(pid_file.read_text())
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+HEAD_PORTS = (
+    "--port", "--node-manager-port", "--object-manager-port", "--ray-client-server-port", "--metrics-export-port",
+    "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
+)  # fmt: skip
+
+
+def _start_head(env: dict):
+    """`ray start --head --block` on loopback with free ports (not Ray's fixed defaults: other Rays may run
+    here), in its own session: the test stops exactly this process group."""
+    from tfpipe.cluster import free_ports
+
+    ports = free_ports(len(HEAD_PORTS))
+    cmd = ["ray", "start", "--head", "--block", "--disable-usage-stats", "--num-cpus=2"]
+    cmd += [f"--temp-dir={env['RAY_TMPDIR']}", "--include-dashboard=false"]
+    cmd += [f"{flag}={port}" for flag, port in zip(HEAD_PORTS, ports)]
+    log = open(Path(env["RAY_TMPDIR"]) / "head.log", "w")
+    head = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while "Ray runtime started" not in (Path(env["RAY_TMPDIR"]) / "head.log").read_text():
+        assert head.poll() is None and time.monotonic() < deadline, "ray start --head failed"
+        time.sleep(0.5)
+    return head, f"127.0.0.1:{ports[0]}"
+
+
+def _stop_head(head) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(head.pid, sig)
+        except ProcessLookupError:
+            pass
+        time.sleep(3)
+    head.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_restarted_by_ray_and_the_run_resumes(prepared_image, tmp_path, ray_env):
+    """On a Ray started by `ray start --head` (attached through strategy.ray_address): SIGKILL worker 1 after
+    the first checkpoints; Ray starts the worker group again (strategy.max_restarts=1 -> max_failures=1), the
+    chief resumes in the same run, every step and epoch logged once; the cluster outlives the job."""
+    project = make_project(tmp_path / "project")
+    db = project / "mlflow.db"
+    pids = tmp_path / "pids"
+    ray_env[ray_launcher.PID_DIR_ENV] = str(pids)  # each worker writes worker-<rank>.pid there
+    head, address = _start_head(ray_env)
+    try:
+        out, killed = _train_and_kill(project, db, pids, prepared_image.prepared_dir, address, ray_env)
+        assert head.poll() is None, "the driver left the cluster it attached to running"
+    finally:
+        _stop_head(head)
+    assert "[ray] done: 2 workers finished" in out, out[-4000:]
+    assert int((pids / "worker-1.pid").read_text()) != killed, "Ray started worker 1 again"
+    run = _steps_once(project, db, epochs=12)
+    assert run.data.tags["tfpipe.resumes"] == "1"
+    total = json.loads((project / "metrics" / "train.json").read_text())["steps"]
+    assert 6 <= int(run.data.tags["tfpipe.resumed_at_step"]) < total
+
+
+def _train_and_kill(project, db, pids, prepared, address, env) -> tuple:
+    cmd = [sys.executable, "-m", "pipeline.train", *RAY, "strategy.max_restarts=1", *TINY, "train.epochs=12"]
+    cmd += [f"data.output_dir={prepared}", f"tracking.uri=sqlite:///{db}", f"strategy.ray_address={address}"]
+    proc = subprocess.Popen(
+        cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        killed = _kill_worker_after(proc, project, pids / "worker-1.pid", step=6)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out[-4000:]
+    return out, killed
+
+
+@pytest.mark.slow
+def test_without_restarts_a_killed_worker_ends_the_job_with_exit_1(prepared_image, tmp_path, ray_env):
+    """strategy.max_restarts=0 -> FailureConfig(max_failures=0): Ray gives up at the first dead worker."""
+    project = make_project(tmp_path / "project")
+    pids = tmp_path / "pids"
+    ray_env[ray_launcher.PID_DIR_ENV] = str(pids)  # the driver's local Ray hands its env to the workers
+    cmd = [sys.executable, "-m", "pipeline.train", *RAY, "strategy.max_restarts=0", *TINY, "train.epochs=12"]
+    cmd += [f"data.output_dir={prepared_image.prepared_dir}", f"tracking.uri=sqlite:///{project / 'm.db'}"]
+    proc = subprocess.Popen(
+        cmd, cwd=project, env=ray_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        _kill_worker_after(proc, project, pids / "worker-1.pid", step=3)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, out[-4000:]
+    assert "[ray] training failed (strategy.max_restarts=0)" in out
+
+
+def test_missing_prepared_data_stops_in_one_line_before_ray_starts(tmp_path, ray_env):
+    """The workers would find no prepared data: the driver checks it first (Ray would only start the failing
+    workers again), one line, exit 2, and no Ray was started (its temp dir stays empty)."""
+    project = make_project(tmp_path / "project")
+    missing = tmp_path / "missing"
+    proc = _train(project, *RAY, "strategy.max_restarts=2", f"data.output_dir={missing}", env=ray_env)
+    assert proc.returncode == 2, (proc.stdout + proc.stderr)[-3000:]
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("train: error: ")
+    assert str(missing) in proc.stderr
+    assert not os.listdir(ray_env["RAY_TMPDIR"])
