@@ -87,7 +87,7 @@ def _plant(project: Path, env: dict) -> None:
     (project / "notes.txt").write_text("team notes\n")
     _run([*git, "add", "notes.txt"], project, env)
     _run([*git, "commit", "-qm", "notes"], project, env)
-    remote = f'["remote \\"store\\""]\n    url = s3://bucket/store\n    access_key_id = {ACCESS_KEY}\n'
+    remote = f"['remote \"store\"']\n    url = s3://bucket/store\n    access_key_id = {ACCESS_KEY}\n"
     with open(project / ".dvc" / "config", "a") as fh:
         fh.write(f"{remote}    secret_access_key = {SECRET_KEY}\n")
     (project / "notes.txt").write_text(
@@ -119,7 +119,7 @@ def test_no_planted_secret_reaches_the_store(tmp_path, image_dir, text_dir):
     from test_pipeline_e2e import _make_project, _run
 
     data_dir = f"https://reader:{URL_PASSWORD}@datasets.example/tfds?password={QUERY_PASSWORD}"
-    project, env = _make_project(tmp_path, image_dir, text_dir, f"data.tfds_data_dir={data_dir}")
+    project, env = _make_project(tmp_path, image_dir, text_dir, f"data.tfds_data_dir='{data_dir}'")
     _plant(project, env)
     _run([sys.executable, "-m", "dvc", "repro"], project, env)
     lock = (project / "dvc.lock").read_text()

@@ -129,17 +129,15 @@ def git_info(root: str | os.PathLike) -> dict:
     return info
 
 
-def recorded_diff(root: Path) -> tuple:
-    """(`git diff HEAD` without the SECRET_PATHS files, the dirty tracked files it left out)."""
-    diff = _git(root, "diff", "HEAD", "--no-color", "--no-ext-diff", "--", ":/", *EXCLUDE_PATHSPECS)
+def recorded_diff(root: Path, base: str = "HEAD") -> tuple:
+    """(`git diff BASE` without the SECRET_PATHS files, the changed tracked files it left out); the audit
+    can compare a tree to a run's recorded diff with `recorded_diff(root, commit)`."""
+    diff = _git(root, "diff", base, "--no-color", "--no-ext-diff", "--", ":/", *EXCLUDE_PATHSPECS)
     if diff is not None and len(diff) > MAX_DIFF_CHARS:
         diff = diff[:MAX_DIFF_CHARS] + f"\n... [diff truncated at {MAX_DIFF_CHARS} characters]\n"
-    everything = set((_git(root, "diff", "HEAD", "--name-only", "--no-renames") or "").split())
-    kept = set(
-        (
-            _git(root, "diff", "HEAD", "--name-only", "--no-renames", "--", ":/", *EXCLUDE_PATHSPECS) or ""
-        ).split()
-    )
+    names = ("diff", base, "--name-only", "--no-renames")
+    everything = set((_git(root, *names) or "").splitlines())
+    kept = set((_git(root, *names, "--", ":/", *EXCLUDE_PATHSPECS) or "").splitlines())
     return diff, sorted(everything - kept)
 
 

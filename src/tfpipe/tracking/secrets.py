@@ -9,6 +9,7 @@ audit compares, and those must survive.
 
 from __future__ import annotations
 
+import functools
 import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -67,16 +68,19 @@ def redact_urls(text: str) -> str:
     return _URL.sub(lambda m: redact_url(m.group(0)), text)
 
 
-def scan_text(text: str) -> str:
-    """Each secret value detect-secrets finds replaced by '***', the lines otherwise kept."""
+@functools.lru_cache(maxsize=1)
+def _plugins() -> tuple:
+    """The detect-secrets plugins of PLUGINS, built once (their settings are read at construction)."""
     from detect_secrets.settings import get_plugins, transient_settings
 
     with transient_settings({"plugins_used": PLUGINS}):
-        plugins = get_plugins()
-        lines = text.split("\n")
-        for i, line in enumerate(lines):
-            lines[i] = _scan_line(plugins, line, i + 1)
-    return "\n".join(lines)
+        return tuple(get_plugins())
+
+
+def scan_text(text: str) -> str:
+    """Each secret value detect-secrets finds replaced by '***', the lines otherwise kept."""
+    plugins = _plugins()
+    return "\n".join(_scan_line(plugins, line, i + 1) for i, line in enumerate(text.split("\n")))
 
 
 def _scan_line(plugins, line: str, number: int) -> str:
