@@ -132,5 +132,6 @@ def test_no_planted_secret_reaches_the_store(tmp_path, image_dir, text_dir):
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert any(".dvc/config" in r.data.tags.get("git.diff_excluded", "") for r in runs)
     logged_lock = next((project / "mlartifacts").rglob("provenance/dvc.lock")).read_text()
-    assert _digests(logged_lock) == _digests(lock) and _digests(lock)
+    # logged by train, before DVC wrote train/evaluate entries: its digests are the final lock's, intact
+    assert _digests(logged_lock) and set(_digests(logged_lock)) <= set(_digests(lock))
     assert "notes.txt" in next((project / "mlartifacts").rglob("provenance/git_diff.patch")).read_text()
