@@ -37,6 +37,8 @@ PLUGINS = [
     {"name": "PrivateKeyDetector"},
     {"name": "Base64HighEntropyString", "limit": 4.5},
 ]
+# a version number is no secret (the keyword plugin reads `detect-secrets==1.5.0` in pip_freeze.txt as one)
+_VERSION = re.compile(r"\d+(\.\d+)*([a-z]+\d*)?(\.post\d+|\.dev\d+)?")
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 
 
@@ -90,7 +92,7 @@ def _scan_line(plugins, line: str, number: int) -> str:
         for p in plugins
         for s in p.analyze_line(filename="scan.yaml", line=line, line_number=number)
     }
-    for value in sorted((v for v in values if v), key=len, reverse=True):
+    for value in sorted((v for v in values if v and not _VERSION.fullmatch(v)), key=len, reverse=True):
         line = line.replace(value, REDACTED)
     return line
 
