@@ -69,9 +69,28 @@ def test_modified_tracked_file_is_dirty_with_its_diff(repo):
     assert provenance.collect(repo)["git"]["dirty"] is True
 
 
+def test_credential_files_are_left_out_of_the_diff_and_named(repo):
+    """A dirty `.dvc/config`, `.env` (any depth) or key file never enters the recorded diff; the record
+    names them so an audit knows the diff is partial. Other dirty files stay in the diff."""
+    secret_files = [".dvc/config", ".dvc/config.local", ".env", "sub/.env.prod", "certs/tls.key", ".netrc"]
+    for name in secret_files:
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text("old\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "credential files")
+    for name in secret_files:
+        (repo / name).write_text("token = planted-credential-value\n")
+    (repo / "code.py").write_text("x = 2\n")
+    git = provenance.collect(repo)["git"]
+    assert git["dirty"] is True
+    assert "planted-credential-value" not in git["diff"]
+    assert "+x = 2" in git["diff"]
+    assert git["diff_excluded"] == sorted(secret_files)
+
+
 def test_not_a_git_repo(tmp_path):
     info = provenance.collect(tmp_path)
-    assert info["git"] == {"commit": None, "branch": None, "dirty": None, "diff": None}
+    assert info["git"] == {"commit": None, "branch": None, "dirty": None, "diff": None, "diff_excluded": []}
     assert info["dvc_lock"] == {"present": False, "content": None, "stages": {}}
 
 

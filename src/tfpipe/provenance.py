@@ -7,7 +7,9 @@ already imported. Nothing here imports mlflow; `tracking` turns the result into 
 Dirty flag: True when a TRACKED file differs from HEAD (staged or not), i.e.
 `git status --porcelain --untracked-files=no` prints something. Untracked files do not count:
 pipeline outputs are git-ignored anyway, and a stray scratch file does not change what the
-committed code computes. `git.diff` is `git diff HEAD` (tracked changes only) when dirty.
+committed code computes. `git.diff` is `git diff HEAD` (tracked changes only) when dirty, without the
+credential files of SECRET_PATHS (`.dvc/config`, `.env`, keys, ...); `git.diff_excluded` names the dirty
+ones left out.
 """
 
 from __future__ import annotations
@@ -24,6 +26,30 @@ from typing import Any, Optional
 
 GIT_TIMEOUT_S = 10
 MAX_DIFF_CHARS = 1_000_000  # a runaway diff (e.g. a committed data file rewritten) is cut here
+# files that hold credentials by convention: never in the recorded diff (`git.diff_excluded` lists the
+# ones that were dirty, so an audit knows the diff is partial)
+SECRET_PATHS = (
+    "**/.dvc/config",
+    "**/.dvc/config.local",
+    "**/.env",
+    "**/.env.*",
+    "**/.envrc",
+    "**/*.pem",
+    "**/*.key",
+    "**/*.p12",
+    "**/*.pfx",
+    "**/id_rsa*",
+    "**/id_ed25519*",
+    "**/.netrc",
+    "**/.pypirc",
+    "**/.npmrc",
+    "**/.git-credentials",
+    "**/credentials.json",
+    "**/.aws/credentials",
+    "**/.docker/config.json",
+    "**/*.tfvars",
+)
+EXCLUDE_PATHSPECS = tuple(f":(top,glob,exclude){p}" for p in SECRET_PATHS)
 
 # distribution names whose versions are recorded; first installed alternative wins
 PACKAGES = {
@@ -41,7 +67,8 @@ def collect(project_root: str | os.PathLike) -> dict:
     """Provenance facts as JSON-able data.
 
     {
-      "git": {"commit": str|None, "branch": str|None, "dirty": bool|None, "diff": str|None},
+      "git": {"commit": str|None, "branch": str|None, "dirty": bool|None, "diff": str|None,
+              "diff_excluded": [path]},
       "dvc_lock": {"present": bool, "content": str|None, "stages": {stage: sha256-hex}},
       "environment": {"python": "3.11.7", "packages": {"tensorflow": "2.21.0", ...},
                       "platform": str, "cpu": str|None, "num_cpus": int, "gpus": [str]|None},
@@ -85,7 +112,7 @@ def _git(root: Path, *args: str) -> Optional[str]:
 
 def git_info(root: str | os.PathLike) -> dict:
     root = Path(root)
-    info: dict[str, Any] = {"commit": None, "branch": None, "dirty": None, "diff": None}
+    info: dict[str, Any] = {"commit": None, "branch": None, "dirty": None, "diff": None, "diff_excluded": []}
     if not root.is_dir():
         return info
     commit = _git(root, "rev-parse", "--verify", "-q", "HEAD")
@@ -98,11 +125,20 @@ def git_info(root: str | os.PathLike) -> dict:
     if status is not None:
         info["dirty"] = bool(status.strip())
         if info["dirty"]:
-            diff = _git(root, "diff", "HEAD", "--no-color", "--no-ext-diff")
-            if diff is not None and len(diff) > MAX_DIFF_CHARS:
-                diff = diff[:MAX_DIFF_CHARS] + f"\n... [diff truncated at {MAX_DIFF_CHARS} characters]\n"
-            info["diff"] = diff
+            info["diff"], info["diff_excluded"] = recorded_diff(root)
     return info
+
+
+def recorded_diff(root: Path, base: str = "HEAD") -> tuple:
+    """(`git diff BASE` without the SECRET_PATHS files, the changed tracked files it left out); the audit
+    can compare a tree to a run's recorded diff with `recorded_diff(root, commit)`."""
+    diff = _git(root, "diff", base, "--no-color", "--no-ext-diff", "--", ":/", *EXCLUDE_PATHSPECS)
+    if diff is not None and len(diff) > MAX_DIFF_CHARS:
+        diff = diff[:MAX_DIFF_CHARS] + f"\n... [diff truncated at {MAX_DIFF_CHARS} characters]\n"
+    names = ("diff", base, "--name-only", "--no-renames")
+    everything = set((_git(root, *names) or "").splitlines())
+    kept = set((_git(root, *names, "--", ":/", *EXCLUDE_PATHSPECS) or "").splitlines())
+    return diff, sorted(everything - kept)
 
 
 # ----------------------------------------------------------------------------- dvc.lock

@@ -12,6 +12,8 @@ from mlflow.data.dataset_source_registry import resolve_dataset_source
 from mlflow.data.meta_dataset import MetaDataset
 from mlflow.types import ColSpec, DataType, Schema, TensorSpec
 
+from tfpipe.tracking.redact import redact_strings
+
 MAX_DIGEST = 36  # mlflow.utils.validation.MAX_DATASET_DIGEST_SIZE
 CONTEXT_SPLITS = {
     "train": ("train", "validation"),
@@ -77,5 +79,5 @@ def manifest_dataset(manifest: dict, manifest_digest: str, prepared_dir, context
         name=name,
         digest=str(manifest_digest)[:MAX_DIGEST],
         schema=feature_schema(manifest),
-        profile=profile,
+        profile=redact_strings(profile),
     )

@@ -5,7 +5,8 @@ camelCase) is a credential word, or when it contains an unambiguous one anywhere
   secret: `db.password`, `api_key`, `apiKey`, `aws_access_key_id`, `hf_token`, `client_secret`,
           `credentials_file`, `auth`
   not:    `dataset.max_tokens`, `train.max_checkpoints_to_keep`, `keyboard`, `monkey`
-Values that are URLs with a password (`https://user:pw@host`) keep the user, lose the password.
+Every logged string also passes `redact_text`: URL passwords (userinfo and `?password=`-like query
+values) and whatever detect-secrets finds (`tracking.secrets`) become '***'.
 Values of environment variables with a secret-looking name (`AWS_SECRET_ACCESS_KEY`, `HF_TOKEN`,
 `MLFLOW_TRACKING_PASSWORD`, ...) are replaced by '***' wherever they appear inside any logged
 string (a config value interpolated with `${oc.env:...}`, a URL, a path), so a credential that
@@ -18,8 +19,8 @@ from __future__ import annotations
 import re
 
 from tfpipe.provenance import environ_snapshot  # noqa: F401 - re-exported
+from tfpipe.tracking.secrets import REDACTED, scrub
 
-REDACTED = "***"
 MIN_SECRET_LENGTH = 6
 # environment variables whose names look secret but hold no credential (the working directory, sockets)
 _NOT_SECRET_ENV = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK", "XAUTHORITY", "GPG_AGENT_INFO"})
@@ -46,7 +47,6 @@ _SECRET_WORDS = frozenset(
 _SECRET_SUBSTRINGS = ("password", "passwd", "secret", "credential", "apikey", "accesskey", "privatekey")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _PARTS = re.compile(r"[^a-z0-9]+")
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
 
 
 def is_secret_key(key: str) -> bool:
@@ -79,14 +79,26 @@ def _is_number(text: str) -> bool:
         return False
 
 
-def redact_url(value: str, environ=None) -> str:
-    """'https://me:pw@host/x' -> 'https://me:***@host/x', and any secret environment value inside the
-    string -> '***'; other strings unchanged."""
-    value = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
+def redact_text(value: str, environ=None) -> str:
+    """Any logged string made safe: URL passwords and secret query values -> '***', each secret
+    detect-secrets finds -> '***' (`tracking.secrets.scrub`), and any secret environment value -> '***'."""
+    value = scrub(value)
     for secret in secret_env_values(environ):
         if secret in value:
             value = value.replace(secret, REDACTED)
     return value
+
+
+redact_url = redact_text  # the name the URI error messages use
+
+
+def redact_strings(tree):
+    """`redact_text` applied to every string leaf of nested dicts/lists, keys kept (provenance.json)."""
+    if isinstance(tree, dict):
+        return {k: redact_strings(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [redact_strings(v) for v in tree]
+    return redact_text(tree) if isinstance(tree, str) else tree
 
 
 def redact(mapping: dict) -> dict:
@@ -96,7 +108,7 @@ def redact(mapping: dict) -> dict:
         if is_secret_key(key) and value is not None and value != "":
             out[key] = REDACTED
         elif isinstance(value, str):
-            out[key] = redact_url(value)
+            out[key] = redact_text(value)
         else:
             out[key] = value
     return out
@@ -116,5 +128,5 @@ def redact_tree(tree):
     if isinstance(tree, list):
         return [redact_tree(v) for v in tree]
     if isinstance(tree, str):
-        return redact_url(tree)
+        return redact_text(tree)
     return tree

@@ -17,7 +17,7 @@ from mlflow.exceptions import MlflowException
 
 from tfpipe import files
 from tfpipe.errors import TrackingError, one_line
-from tfpipe.tracking.redact import redact, redact_tree
+from tfpipe.tracking.redact import redact, redact_strings, redact_text, redact_tree
 from tfpipe.tracking.sink import BATCH_METRICS, MAX_KEY, MetricsBuffer
 
 log = logging.getLogger(__name__)
@@ -198,11 +198,11 @@ class Run:
 
     @_wrap_errors
     def log_dict(self, dictionary: dict, artifact_file: str) -> None:
-        self.client.log_dict(self.run_id, dictionary, artifact_file)
+        self.client.log_dict(self.run_id, redact_strings(dictionary), artifact_file)
 
     @_wrap_errors
     def log_text(self, text: str, artifact_file: str) -> None:
-        self.client.log_text(self.run_id, text, artifact_file)
+        self.client.log_text(self.run_id, redact_text(text), artifact_file)  # diffs, dvc.lock, YAML
 
     def log_checkpoint_files(
         self, paths: Sequence[Path], prefix: str, artifact_path: str = "checkpoints"

@@ -83,6 +83,8 @@ def run_tags(cfg, strategy_info: Any, manifest_digest: Optional[str], provenance
             tags["mlflow.source.git.branch"] = git["branch"]
         if git.get("dirty") is not None:
             tags["git.dirty"] = git["dirty"]
+        if git.get("diff_excluded"):  # credential files left out of git_diff.patch: the diff is partial
+            tags["git.diff_excluded"] = ",".join(git["diff_excluded"])
     tags.update(dvc_lock_tags(prov))
 
     tags.update(_environment_tags(env))
