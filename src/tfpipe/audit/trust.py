@@ -136,8 +136,10 @@ def reroot(cfg, root: Path, wt: Path, key: str = ""):
         return {k: reroot(v, root, wt, f"{key}.{k}" if key else k) for k, v in cfg.items()}
     if isinstance(cfg, list):
         return [reroot(v, root, wt, key) for v in cfg]
-    if not isinstance(cfg, str) or not os.path.isabs(cfg) or "://" in cfg:
-        return cfg
+    name = key.rsplit(".", 1)[-1]
+    path_like = name in ("path", "dir", "file") or name.endswith(("_dir", "_path", "_file"))
+    if not path_like or not isinstance(cfg, str) or not os.path.isabs(cfg) or "://" in cfg:
+        return cfg  # e.g. strategy.device=/cpu:0 is not a path
     new = _rerooted(cfg, root, wt)
     if new is None and key == "data.path":
         return cfg
