@@ -48,6 +48,19 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
     parser.add_argument(
         "--tracking-uri", default=None, help="MLflow store (default: MLFLOW_TRACKING_URI or params.yaml)"
     )
+    parser.add_argument(
+        "--apply-diff", action="store_true", help="apply a dirty run's recorded git diff (review it first)"
+    )
+    parser.add_argument(
+        "--trusted-ref", default=None, help="require the run's commit to be an ancestor of this git ref"
+    )
+    parser.add_argument(
+        "--pass-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="pass this environment variable to the re-execution (repeatable; others are stripped)",
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
     args = parser.parse_args(argv)
 
@@ -62,6 +75,9 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
                 root,
                 args.tracking_uri,
                 tolerance=args.tolerance,
+                apply_diff=args.apply_diff,
+                trusted_ref=args.trusted_ref,
+                pass_env=tuple(args.pass_env),
                 log=lambda m: print(m, file=sys.stderr),
             )
             print(audit.format_rerun(result), end="")

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from tfpipe.audit import trust
 from tfpipe.audit.common import (
     DIFFERS_VERDICT,
     ENV_TAGS,
@@ -21,7 +22,6 @@ from tfpipe.audit.common import (
     UserError,
     _git,
     _load,
-    _relative_dict,
     _short,
     tracking_uri_for,
 )
@@ -94,22 +94,19 @@ def _make_worktree(root: Path, run: dict, tmp: Path, log) -> Path:
     proc = _git(root, "worktree", "add", "--detach", "-q", str(wt), commit)
     if proc.returncode != 0:
         raise UserError(f"git worktree add at {commit[:12]} failed: {proc.stderr.strip()[:300]}")
-    if run.get("git_diff"):  # the run was made from a dirty tree: apply its recorded diff
+    patch = None
+    if run.get("git_diff"):  # allowed by trust.gate: made from a dirty tree, --apply-diff given
         patch = tmp / "recorded.patch"
         patch.write_text(run["git_diff"], encoding="utf-8")
-        applied = _git(wt, "apply", str(patch))
-        if applied.returncode != 0:  # re-running without it would audit other code than the run's
-            first = (applied.stderr.strip().splitlines() or ["no message"])[0]
-            raise UserError(
-                f"rerun: the run's recorded git diff does not apply at {commit[:12]} ({first[:300]})"
-            )
-    cfg = _relative_dict(run["config"], root)
+        trust.apply_diff(wt, patch, commit)
+    trust.print_plan(wt, commit, patch, log)
+    cfg = trust.reroot(run["config"], root, wt)
     resolved = run["tags"].get("precision.resolved")
     if (cfg.get("precision") or {}).get("policy") == "auto" and resolved:
         # `auto` picks the policy from the host: re-run with the one the original run used.
         cfg["precision"]["policy"] = resolved
         log(f"precision.policy=auto ran as {resolved}: the re-run uses {resolved}")
-    (wt / "params.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    trust.write_inside(wt, "params.yaml", yaml.safe_dump(cfg, sort_keys=False))
     raw = root / "data" / "raw"
     if raw.is_dir():  # git-ignored raw data (a DVC stage dependency): hard-linked in
         for child in raw.iterdir():
@@ -122,11 +119,11 @@ def _make_worktree(root: Path, run: dict, tmp: Path, log) -> Path:
     return wt
 
 
-def _run_stages(wt: Path, store: str, log) -> None:
-    """dvc repro of the three stages in the worktree, tracking into `store`."""
+def _run_stages(wt: Path, store: str, log, pass_env: tuple = ()) -> None:
+    """dvc repro of the three stages in the worktree, tracking into `store`, credentials stripped."""
     from tfpipe.provenance import environ_snapshot
 
-    env = {k: v for k, v in environ_snapshot().items() if not k.startswith(("MLFLOW_", "DVC_"))}
+    env = trust.stage_env(environ_snapshot(), pass_env)
     env.update(
         MLFLOW_TRACKING_URI=store,
         PYTHONPATH=os.pathsep.join([str(wt / "src"), env.get("PYTHONPATH", "")]),
@@ -165,7 +162,16 @@ def _report(run_id: str, run: dict, new: dict, verdict: str, diffs: list, n: int
 
 
 def rerun(
-    run_id: str, root, uri: Optional[str] = None, *, tolerance: float = 0.0, keep: bool = False, log=print
+    run_id: str,
+    root,
+    uri: Optional[str] = None,
+    *,
+    tolerance: float = 0.0,
+    keep: bool = False,
+    log=print,
+    apply_diff: bool = False,
+    trusted_ref: Optional[str] = None,
+    pass_env: tuple = (),
 ) -> RerunResult:
     """Re-create run `run_id` in a temporary git worktree at its commit and compare the outcome."""
     from tfpipe.tracking import reading
@@ -173,12 +179,13 @@ def rerun(
     root = Path(root).resolve()
     uri = tracking_uri_for(root, uri)
     run = _recorded_run(run_id, root, uri, tolerance)
+    trust.gate(run_id, run, root, apply_diff, trusted_ref)
     tmp = Path(tempfile.mkdtemp(prefix="tfpipe-rerun-"))
     wt = tmp / "worktree"
     try:
         wt = _make_worktree(root, run, tmp, log)
         store = f"sqlite:///{tmp / 'mlflow.db'}"
-        _run_stages(wt, store, log)
+        _run_stages(wt, store, log, tuple(pass_env))
         cfg = run["config"]
         new_id = json.loads((wt / (cfg.get("tracking") or {}).get("run_file", "run.json")).read_text())[
             "run_id"

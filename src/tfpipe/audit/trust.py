@@ -1,0 +1,156 @@
+"""A run record is untrusted input (anyone with EDIT on the store can change its artifacts): what a --rerun
+refuses, re-roots, prints and strips before it executes anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path, PurePosixPath
+
+from tfpipe.audit.common import UserError, _git
+
+ENV_ALLOW = {
+    "PATH",
+    "HOME",
+    "LANG",
+    "LANGUAGE",
+    "TMPDIR",
+    "TZ",
+    "USER",
+    "TERM",
+    "PYTHONPATH",
+    "PYTHONHASHSEED",
+}
+ENV_ALLOW_PREFIXES = ("LC_", "TF_", "OMP_", "KMP_", "CUDA_VISIBLE_DEVICES")
+ENV_SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|_KEY|AUTH", re.IGNORECASE)
+# Files whose edit changes what the rerun executes or where it writes: never taken from a recorded diff.
+PROTECTED = ("dvc.yaml", "dvc.lock", ".dvc/", ".git", ".gitmodules", "MLproject", "pipeline/", "scripts/")
+# Project folders a recorded absolute path is re-rooted at (the recording clone's root is not recorded).
+ANCHORS = ("data", "models", "metrics", "plots", "runs", "checkpoints", "logs", "mlruns")
+
+
+def stage_env(environ: dict, passed: tuple = ()) -> dict:
+    """The rerun's environment: an allowlist (locale, paths, TF/OMP thread settings) plus names passed
+    explicitly; everything else, credentials included, is dropped."""
+    out = {}
+    for name, value in environ.items():
+        allowed = name in ENV_ALLOW or name.startswith(ENV_ALLOW_PREFIXES)
+        if name in passed or (allowed and not ENV_SECRET.search(name)):
+            out[name] = value
+    return out
+
+
+def _refuse_path(path: str) -> None:
+    p = PurePosixPath(path)
+    if p.is_absolute() or ".." in p.parts:
+        raise UserError(f"rerun: the recorded diff touches {path!r}, outside the tree; refused")
+    if any(path == x.rstrip("/") or path.startswith(x) for x in PROTECTED):
+        raise UserError(f"rerun: the recorded diff edits {path!r}, which decides what runs; refused")
+
+
+def check_diff(diff: str) -> None:
+    """One-line refusal of a recorded diff with symlinks, mode changes, renames, binaries or paths that
+    leave the tree or edit the pipeline definition."""
+    path = "?"
+    for line in diff.splitlines():
+        m = re.match(r"diff --git a/(.*) b/(.*)$", line)
+        if m:
+            path = m.group(2)
+            if m.group(1) != path:
+                raise UserError(f"rerun: the recorded diff renames {m.group(1)!r} to {path!r}; refused")
+            _refuse_path(path)
+        elif line.startswith(("+++ b/", "--- a/")):
+            _refuse_path(line[6:])
+        elif "120000" in line and line.startswith(
+            ("new file mode", "deleted file mode", "index ", "new mode")
+        ):
+            raise UserError(f"rerun: the recorded diff makes {path!r} a symlink; refused")
+        elif line.startswith(("old mode", "new mode")):
+            raise UserError(f"rerun: the recorded diff changes the mode of {path!r}; refused")
+        elif line.startswith(("rename ", "copy ", "similarity index")):
+            raise UserError(f"rerun: the recorded diff renames or copies {path!r}; refused")
+        elif line.startswith(("GIT binary patch", "Binary files")):
+            raise UserError(f"rerun: the recorded diff has a binary patch for {path!r}; refused")
+
+
+def gate(run_id: str, run: dict, root: Path, apply_diff: bool, trusted_ref) -> None:
+    """Refuse, before any worktree exists, a rerun the record does not justify."""
+    diff, commit = run.get("git_diff"), run["tags"]["git.commit"]
+    if diff and str(run["tags"].get("git.dirty", "")).lower() == "false":
+        raise UserError(f"run {run_id}: tagged git.dirty=false but carries a recorded diff; refused")
+    if diff and not apply_diff:
+        raise UserError(
+            f"run {run_id}: made from a dirty tree; review its diff, then rerun with --apply-diff"
+        )
+    if diff:
+        check_diff(diff)
+    if trusted_ref and _git(root, "merge-base", "--is-ancestor", commit, trusted_ref).returncode != 0:
+        raise UserError(
+            f"run {run_id}: commit {commit[:12]} is not an ancestor of --trusted-ref {trusted_ref}"
+        )
+
+
+def apply_diff(wt: Path, patch: Path, commit: str) -> None:
+    """`git apply --check`, then apply; either failing is one-line bad input."""
+    for args in (("apply", "--check", str(patch)), ("apply", str(patch))):
+        proc = _git(wt, *args)
+        if proc.returncode != 0:  # re-running without it would audit other code than the run's
+            first = (proc.stderr.strip().splitlines() or ["no message"])[0]
+            raise UserError(
+                f"rerun: the run's recorded git diff does not apply at {commit[:12]} ({first[:300]})"
+            )
+
+
+def print_plan(wt: Path, commit: str, patch, log) -> None:
+    """What the rerun is about to execute: the commit, the diff's stat and the worktree's stage commands."""
+    import yaml
+
+    log(f"rerun: executes commit {commit}")
+    if patch is not None:
+        stat = _git(wt, "apply", "--stat", str(patch)).stdout.rstrip()
+        log("rerun: with the recorded diff:\n" + stat)
+    dvc_yaml = wt / "dvc.yaml"
+    stages = (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages") or {} if dvc_yaml.is_file() else {}
+    for name, stage in stages.items():
+        log(f"rerun: stage {name}: {json.dumps(stage.get('cmd'))}")
+
+
+def _rerooted(value: str, root: Path, wt: Path):
+    """`value` as a worktree path: relative to the auditor's root, or from a project anchor folder on."""
+    p = Path(value)
+    try:
+        return str(p.relative_to(root))
+    except ValueError:
+        pass
+    for i, part in enumerate(p.parts):
+        if part in ANCHORS:
+            return str(Path(*p.parts[i:]))
+    return None
+
+
+def reroot(cfg, root: Path, wt: Path, key: str = ""):
+    """Every absolute path in the recorded config re-rooted into the worktree; one that cannot be is
+    refused (the read-only input data.path outside every project is kept: it is only read)."""
+    if isinstance(cfg, dict):
+        return {k: reroot(v, root, wt, f"{key}.{k}" if key else k) for k, v in cfg.items()}
+    if isinstance(cfg, list):
+        return [reroot(v, root, wt, key) for v in cfg]
+    name = key.rsplit(".", 1)[-1]
+    path_like = name in ("path", "dir", "file") or name.endswith(("_dir", "_path", "_file"))
+    if not path_like or not isinstance(cfg, str) or not os.path.isabs(cfg) or "://" in cfg:
+        return cfg  # e.g. strategy.device=/cpu:0 is not a path
+    new = _rerooted(cfg, root, wt)
+    if new is None and key == "data.path":
+        return cfg
+    if new is None or not (wt / new).resolve().is_relative_to(wt.resolve()):
+        raise UserError(f"rerun: recorded {key}={cfg} cannot be re-rooted into the worktree; refused")
+    return new
+
+
+def write_inside(wt: Path, rel: str, text: str) -> None:
+    """Write a worktree file, refusing a symlink or a path that resolves outside the worktree."""
+    target = wt / rel
+    if target.is_symlink() or not target.resolve().is_relative_to(wt.resolve()):
+        raise UserError(f"rerun: {rel} in the worktree points outside it; refused")
+    target.write_text(text, encoding="utf-8")

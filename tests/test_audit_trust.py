@@ -1,0 +1,143 @@
+"""Run records are untrusted input: a --rerun refuses hostile recorded diffs (stage command edits, symlinks,
+a diff on a clean-tagged run, no --apply-diff), an untrusted commit, and strips credentials from the stages.
+Runs are forged in a real SQLite store with MLflow's public API, as anyone with EDIT on a server could."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tfpipe.audit.trust import stage_env
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = "stages:\n  prepare:\n    cmd: env > {out}\n"
+
+
+def _sh(cwd, *cmd):
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t"}
+    env.update(GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t", DVC_NO_ANALYTICS="1")
+    return subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A real git + DVC repo whose one stage writes its environment to tmp/env.txt; returns (repo, commit)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _sh(repo, "git", "init", "-q", "-b", "main")
+    _sh(repo, sys.executable, "-m", "dvc", "init", "-q")
+    (repo / "dvc.yaml").write_text(STAGES.format(out=tmp_path / "env.txt"))
+    (repo / "params.yaml").write_text("seed: 1\n")
+    (repo / "notes.txt").write_text("old\n")
+    _sh(repo, "git", "add", "-A")
+    _sh(repo, "git", "commit", "-qm", "init")
+    return repo, _sh(repo, "git", "rev-parse", "HEAD").strip()
+
+
+def _diff(repo, change) -> str:
+    """A real `git diff` of `change` applied to the repo, which is then restored."""
+    change(repo)
+    text = _sh(repo, "git", "diff")
+    _sh(repo, "git", "checkout", "--", ".")
+    return text
+
+
+def _forge(tmp_path, commit, diff=None, dirty="true") -> str:
+    """A run in a real SQLite store with the tags and artifacts a rerun reads."""
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'store.db'}")
+    exp = client.create_experiment("forged", artifact_location=(tmp_path / "art").as_uri())
+    run_id = client.create_run(exp).info.run_id
+    client.set_tag(run_id, "git.commit", commit)
+    client.set_tag(run_id, "git.dirty", dirty)
+    client.log_text(run_id, "seed: 1\n", "config/resolved.yaml")
+    if diff:
+        client.log_text(run_id, diff, "provenance/git_diff.patch")
+    return run_id
+
+
+def _audit(repo, tmp_path, run_id, *flags, env=None):
+    env = {**(env or os.environ), "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    cmd = [sys.executable, "-m", "pipeline.audit", run_id, "--rerun", "--tracking-uri", uri, *flags]
+    return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_stage_env_keeps_the_allowlist_and_drops_credentials():
+    env = {"PATH": "/bin", "LC_ALL": "C", "OMP_NUM_THREADS": "1", "AWS_SECRET_ACCESS_KEY": "x"}
+    env.update(MLFLOW_TRACKING_PASSWORD="x", GITHUB_TOKEN="x", TF_API_TOKEN="x", MY_DB_PASSWORD="x")
+    assert stage_env(env) == {"PATH": "/bin", "LC_ALL": "C", "OMP_NUM_THREADS": "1"}
+    assert stage_env(env, ("GITHUB_TOKEN",))["GITHUB_TOKEN"] == "x"
+
+
+def test_a_diff_editing_a_stage_command_never_runs_it(project, tmp_path):
+    repo, commit = project
+    marker = tmp_path / "MARKER"
+    diff = _diff(
+        repo, lambda r: (r / "dvc.yaml").write_text(f"stages:\n  prepare:\n    cmd: touch {marker}\n")
+    )
+    run_id = _forge(tmp_path, commit, diff)
+    for flags in ((), ("--apply-diff",)):
+        proc = _audit(repo, tmp_path, run_id, *flags)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1].startswith("audit: error: ")
+        assert not marker.exists()
+    assert "dvc.yaml" in proc.stderr and "refused" in proc.stderr
+
+
+def test_a_diff_making_params_a_symlink_is_refused(project, tmp_path):
+    repo, commit = project
+    outside = tmp_path / "outside"
+    outside.mkdir()
+
+    def link(r):
+        (r / "params.yaml").unlink()
+        (r / "params.yaml").symlink_to(outside / "params.yaml")
+
+    run_id = _forge(tmp_path, commit, _diff(repo, link))
+    proc = _audit(repo, tmp_path, run_id, "--apply-diff")
+    assert proc.returncode == 2, proc.stderr
+    assert "symlink" in proc.stderr and "params.yaml" in proc.stderr
+    assert list(outside.iterdir()) == []
+
+
+def test_a_diff_on_a_clean_tagged_run_is_refused(project, tmp_path):
+    repo, commit = project
+    diff = _diff(repo, lambda r: (r / "notes.txt").write_text("new\n"))
+    proc = _audit(repo, tmp_path, _forge(tmp_path, commit, diff, dirty="false"), "--apply-diff")
+    assert proc.returncode == 2 and "git.dirty=false" in proc.stderr
+    assert not (tmp_path / "env.txt").exists()
+
+
+def test_a_dirty_run_needs_apply_diff(project, tmp_path):
+    repo, commit = project
+    diff = _diff(repo, lambda r: (r / "notes.txt").write_text("new\n"))
+    proc = _audit(repo, tmp_path, _forge(tmp_path, commit, diff))
+    assert proc.returncode == 2 and "--apply-diff" in proc.stderr
+    assert not (tmp_path / "env.txt").exists()
+
+
+def test_trusted_ref_refuses_a_commit_it_does_not_contain(project, tmp_path):
+    repo, _ = project
+    _sh(repo, "git", "checkout", "-qb", "side")
+    _sh(repo, "git", "commit", "-qm", "side", "--allow-empty")
+    side = _sh(repo, "git", "rev-parse", "HEAD").strip()
+    _sh(repo, "git", "checkout", "-q", "main")
+    proc = _audit(repo, tmp_path, _forge(tmp_path, side), "--trusted-ref", "main")
+    assert proc.returncode == 2 and "not an ancestor of --trusted-ref main" in proc.stderr
+    assert not (tmp_path / "env.txt").exists()
+
+
+def test_the_stages_do_not_see_credentials(project, tmp_path):
+    """The forged run has no train stage, so the rerun stops after prepare: prepare's env is what we read."""
+    repo, commit = project
+    env = {**os.environ, "AWS_SECRET_ACCESS_KEY": "planted", "MLFLOW_TRACKING_TOKEN": "planted"}
+    proc = _audit(repo, tmp_path, _forge(tmp_path, commit), env=env)
+    seen = (tmp_path / "env.txt").read_text()
+    assert "PATH=" in seen and "planted" not in seen, proc.stderr
+    assert f"rerun: executes commit {commit}" in proc.stderr and "stage prepare" in proc.stderr
