@@ -101,6 +101,8 @@ def _make_worktree(root: Path, run: dict, tmp: Path, log) -> Path:
         trust.apply_diff(wt, patch, commit)
     trust.print_plan(wt, commit, patch, log)
     cfg = trust.reroot(run["config"], root, wt)
+    # The re-run tracks into its own temporary store only: never the recorded server or artifact folder.
+    cfg.setdefault("tracking", {}).update(uri=None, artifact_location=None)
     resolved = run["tags"].get("precision.resolved")
     if (cfg.get("precision") or {}).get("policy") == "auto" and resolved:
         # `auto` picks the policy from the host: re-run with the one the original run used.
