@@ -10,6 +10,7 @@ from typing import List, Optional
 
 from tfpipe import choices
 from tfpipe.config.checks import choice, device, non_negative, positive, tracking_uri
+from tfpipe.config.validation_schema import ValidationConfig
 from tfpipe.errors import ConfigError
 
 
@@ -163,6 +164,7 @@ class DataConfig:
     on_bad_file: str = "fail"
     output_dir: str = "data/prepared"
     seed: int = 42
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
 
     def check(self, cfg) -> None:
         choice("data.source", self.source, choices.SOURCES)
@@ -183,6 +185,7 @@ class DataConfig:
         positive("data.examples_per_shard", self.examples_per_shard)
         if not self.output_dir:
             raise ConfigError("data.output_dir: empty; name the folder for the prepared TFRecords")
+        self.validation.check()
 
 
 @dataclass

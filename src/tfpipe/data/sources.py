@@ -251,7 +251,7 @@ def open_directory(cfg) -> Source:
                 except Exception as exc:  # noqa: BLE001 - any decoder failure is this file's fault
                     bad.report(entry.path, f"{what} ({one_line(exc, 200)})")
                     continue
-                yield split, value, entry.label
+                yield split, value, entry.label, entry.path.relative_to(d.path).as_posix()
 
     from tfpipe.data.manifest import portable_path
 
