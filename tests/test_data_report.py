@@ -449,3 +449,48 @@ def _env(project: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DVC_"))}
     env.update(PYTHONPATH=str(project / "src"), TF_CPP_MIN_LOG_LEVEL="2", DVC_NO_ANALYTICS="1")
     return env
+
+
+# ----------------------------------------------------------------------------- MLflow: the run carries the report
+
+
+def test_train_logs_the_report_and_evaluate_the_dedup_accuracy(image_reports, tmp_path, monkeypatch):
+    import mlflow
+    from mlflow import MlflowClient
+
+    from tfpipe import config, stages
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    prepared = image_reports[1].prepared_dir
+    cfg = config.compose(
+        [
+            "data.source=directory",
+            f"data.output_dir={prepared}",
+            "model.filters=[8,8]",
+            "model.dense_units=16",
+            "train.batch_size_per_replica=4",
+            "train.epochs=1",
+            "train.steps_per_epoch=2",
+            "tracking.log_model=true",
+        ],
+        config_dir=ROOT / "conf",
+    )
+    try:
+        stages.run_train(cfg, tmp_path)
+        stages.run_evaluate(cfg, tmp_path)
+    finally:
+        while mlflow.active_run() is not None:
+            mlflow.end_run()
+        mlflow.set_tracking_uri(None)
+    run_id = json.loads((tmp_path / cfg.tracking.run_file).read_text())["run_id"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.get_run(run_id)
+    assert {a.path for a in client.list_artifacts(run_id, "data")} == {"data/report.json"}
+    assert (
+        run.data.tags["data.exact_test_in_train"] == "2" and run.data.tags["data.near_test_in_train"] == "1"
+    )
+    profiles = [json.loads(d.dataset.profile) for d in run.inputs.dataset_inputs]
+    assert all(p["data_report"]["exact_duplicates_within"] == 1 for p in profiles)
+    eval_json = json.loads((tmp_path / "metrics" / "eval.json").read_text())
+    assert run.data.metrics["test_accuracy_dedup"] == pytest.approx(eval_json["accuracy_dedup"])
+    assert eval_json["num_examples_dedup"] == eval_json["num_examples"] - 3
