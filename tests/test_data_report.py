@@ -494,3 +494,15 @@ def test_train_logs_the_report_and_evaluate_the_dedup_accuracy(image_reports, tm
     eval_json = json.loads((tmp_path / "metrics" / "eval.json").read_text())
     assert run.data.metrics["test_accuracy_dedup"] == pytest.approx(eval_json["accuracy_dedup"])
     assert eval_json["num_examples_dedup"] == eval_json["num_examples"] - 3
+
+
+def test_near_images_must_also_share_their_colours():
+    """pHash sees luminance only: the same picture tinted (luma kept) is a pHash twin but not a near duplicate."""
+    rng = np.random.default_rng(2)
+    base = rng.integers(60, 150, size=(1, 32, 32, 3)).astype(float)
+    tinted = base + np.array([100.0, -100.0 * 0.299 / 0.587, 0.0])  # same luma, other colours
+    brighter = base + 5.0
+    images = np.clip(np.concatenate([base, tinted, brighter]), 0, 255).astype(np.uint8)
+    pairs = dedup.near_pairs(dedup.phashes(images), 4)
+    assert pairs == [(0, 1), (0, 2), (1, 2)]
+    assert dedup.same_colours(dedup.thumbnails(images), pairs, 32) == [(0, 2)]

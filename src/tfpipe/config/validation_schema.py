@@ -21,12 +21,14 @@ class ValidationConfig:
     report: bool = True
     leakage: str = "warn"
     near_image_hamming: int = 4
+    near_image_max_colour_diff: int = 32
     near_empty_tokens: int = 3
     examples_listed: int = 5
 
     def check(self) -> None:
         choice("data.validation.leakage", self.leakage, LEAKAGE_POLICIES)
         _int_range("data.validation.near_image_hamming", self.near_image_hamming, 0, MAX_HAMMING)
+        _int_range("data.validation.near_image_max_colour_diff", self.near_image_max_colour_diff, 0, 255)
         _int_range("data.validation.near_empty_tokens", self.near_empty_tokens, 0, 1000)
         _int_range("data.validation.examples_listed", self.examples_listed, 0, 1000)
         if self.leakage != "warn" and not self.report:

@@ -75,6 +75,21 @@ def phashes(images: np.ndarray) -> np.ndarray:
     return np.packbits(bits, axis=1).view(">u8").ravel().astype(np.uint64)
 
 
+def thumbnails(images: np.ndarray, side: int = 8) -> np.ndarray:
+    """uint8 [N, side, side, C] colour thumbnails (area means): pHash sees only luminance, these the colours."""
+    channels = [_shrink(images[..., c].astype(np.float32), side) for c in range(images.shape[-1])]
+    return np.rint(np.stack(channels, axis=-1)).astype(np.uint8)
+
+
+def same_colours(thumbs: np.ndarray, pairs: list, max_diff: float) -> list:
+    """The pairs whose thumbnails differ by at most `max_diff` (mean absolute difference, 0..255)."""
+    if not pairs:
+        return []
+    i, j = np.asarray(pairs).T
+    diff = np.abs(thumbs[i].astype(np.int16) - thumbs[j].astype(np.int16)).reshape(len(pairs), -1).mean(axis=1)
+    return [pair for pair, d in zip(pairs, diff.tolist()) if d <= max_diff]
+
+
 def near_pairs(hashes: np.ndarray, threshold: int) -> list:
     """Index pairs (i < j) whose hashes differ in at most `threshold` bits. Pigeonhole: cut the 64 bits into
     threshold + 1 bands; two hashes that close agree on a whole band, so only band-mates are compared."""

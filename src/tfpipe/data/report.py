@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from tfpipe.data import dedup
 from tfpipe.data.manifest import SPLITS, MANIFEST_FILE
 from tfpipe.data.stats import ImageStats, TextStats
@@ -85,7 +87,9 @@ class Collector:
 
     def _near_links(self) -> list:
         if self.modality == "image":
-            return dedup.near_pairs(self.stats.hashes, self.validation.near_image_hamming)
+            pairs = dedup.near_pairs(self.stats.hashes, self.validation.near_image_hamming)
+            thumbs = np.concatenate(self.stats.thumbs) if self.stats.thumbs else None
+            return dedup.same_colours(thumbs, pairs, self.validation.near_image_max_colour_diff)
         groups = dedup.exact_clusters(self.stats.near_keys)
         return [(m[0], other) for m in groups for other in m[1:]]
 

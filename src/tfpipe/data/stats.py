@@ -51,6 +51,7 @@ class ImageStats:
         self.squares = {s: np.zeros(channels) for s in splits}
         self.pixels = dict.fromkeys(splits, 0)
         self.hashes: list = []
+        self.thumbs: list = []
         self._pending: list = []
 
     def add(self, split: str, value: bytes, name: str) -> None:
@@ -66,6 +67,7 @@ class ImageStats:
         images = raw.reshape(len(self._pending), *self.shape)
         self._pending = []
         self.hashes.extend(dedup.phashes(images).tolist())
+        self.thumbs.append(dedup.thumbnails(images))
         flat = images.reshape(len(images), -1, self.shape[-1]).astype(np.float64)
         for split in np.unique(splits):
             chosen = flat[splits == split]
