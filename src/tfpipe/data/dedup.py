@@ -19,7 +19,6 @@ PHASH_SIDE = 32  # the grayscale image the DCT runs on (as imagehash.phash)
 PHASH_LOW = 8  # the 8x8 lowest frequencies -> 64 bits
 _LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 _BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
-_SPACES = re.compile(r"\s+")
 
 
 def standard_text(value: bytes) -> str:
@@ -29,7 +28,7 @@ def standard_text(value: bytes) -> str:
 
 def near_text_key(text: str) -> str:
     """The text with case and whitespace normalised: equal keys are near duplicates."""
-    return _SPACES.sub(" ", _BREAK.sub(" ", text)).casefold().strip()
+    return " ".join(_BREAK.sub(" ", text).casefold().split())
 
 
 def digest(data: bytes) -> str:
