@@ -3,14 +3,14 @@
 Exact duplicates share the hash of the decoded pixels (as prepared) or of the standardised text (UTF-8
 decoded, NFC, line ends unified, outer whitespace stripped), never of the file bytes: the same picture saved
 as PNG and as JPEG-at-the-same-pixels, or the same review with a trailing newline, is one example.
-Near duplicates: images whose pHashes differ in at most `near_image_hamming` bits; texts equal once case
-and whitespace are normalised (and IMDb's `<br />` read as a space). No TensorFlow here.
+Near duplicates: images whose pHashes differ in at most `near_image_hamming` bits (and whose colour
+thumbnails agree); texts cut into the same tokens as the vocabulary cuts them (case, whitespace and, with
+the default standardisation, punctuation ignored). No TensorFlow here.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import unicodedata
 
 import numpy as np
@@ -18,17 +18,11 @@ import numpy as np
 PHASH_SIDE = 32  # the grayscale image the DCT runs on (as imagehash.phash)
 PHASH_LOW = 8  # the 8x8 lowest frequencies -> 64 bits
 _LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
-_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 
 
 def standard_text(value: bytes) -> str:
     text = value.decode("utf-8").replace("\r\n", "\n")
     return unicodedata.normalize("NFC", text).strip()
-
-
-def near_text_key(text: str) -> str:
-    """The text with case and whitespace normalised: equal keys are near duplicates."""
-    return " ".join(_BREAK.sub(" ", text).casefold().split())
 
 
 def digest(data: bytes) -> str:
@@ -47,19 +41,24 @@ def content_hash(modality: str, value: bytes) -> str:
 # scipy.fft, because imagehash would add Pillow and PyWavelets to the runtime dependencies.
 
 
-def _shrink(gray: np.ndarray, side: int) -> np.ndarray:
-    """[N, H, W] -> [N, side, side]: area mean when larger, nearest pixel when smaller."""
-    n, h, w = gray.shape
+def _pool(n: int, side: int) -> np.ndarray:
+    """[side, n] weights taking n pixels to side: area means when n >= side, the nearest pixel otherwise."""
+    weights = np.zeros((side, n), dtype=np.float32)
+    if n >= side:
+        edges = np.linspace(0, n, side + 1).astype(int)
+        for k in range(side):
+            weights[k, edges[k] : edges[k + 1]] = 1.0 / (edges[k + 1] - edges[k])
+    else:
+        weights[np.arange(side), (np.arange(side) * n) // side] = 1.0
+    return weights
+
+
+def _shrink(planes: np.ndarray, side: int) -> np.ndarray:
+    """[..., H, W] float32 -> [..., side, side] (two matrix products: far cheaper than strided means)."""
+    h, w = planes.shape[-2:]
     if (h, w) == (side, side):
-        return gray
-    if h >= side and w >= side:
-        rows = np.linspace(0, h, side + 1).astype(int)
-        cols = np.linspace(0, w, side + 1).astype(int)
-        summed = np.add.reduceat(np.add.reduceat(gray, rows[:-1], axis=1), cols[:-1], axis=2)
-        return summed / np.outer(np.diff(rows), np.diff(cols))[None]
-    rows = (np.arange(side) * h) // side
-    cols = (np.arange(side) * w) // side
-    return gray[:, rows][:, :, cols]
+        return planes
+    return _pool(h, side) @ planes @ _pool(w, side).T
 
 
 def phashes(images: np.ndarray) -> np.ndarray:
@@ -76,8 +75,8 @@ def phashes(images: np.ndarray) -> np.ndarray:
 
 def thumbnails(images: np.ndarray, side: int = 8) -> np.ndarray:
     """uint8 [N, side, side, C] colour thumbnails (area means): pHash sees only luminance, these the colours."""
-    channels = [_shrink(images[..., c].astype(np.float32), side) for c in range(images.shape[-1])]
-    return np.rint(np.stack(channels, axis=-1)).astype(np.uint8)
+    planes = _shrink(images.astype(np.float32).transpose(0, 3, 1, 2), side)
+    return np.rint(planes.transpose(0, 2, 3, 1)).astype(np.uint8)
 
 
 def same_colours(thumbs: np.ndarray, pairs: list, max_diff: float) -> list:

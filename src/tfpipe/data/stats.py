@@ -39,16 +39,14 @@ def _spread(values: list) -> dict:
         return {"min": None, "median": None, "p95": None, "max": None}
     array = np.asarray(values)
     median, p95 = np.percentile(array, [50, 95])
-    return {"min": int(array.min()), "median": float(median), "p95": float(p95), "max": int(array.max())}
+    return {"min": int(array.min()), "median": round(float(median), 1), "p95": round(float(p95), 1), "max": int(array.max())}
 
 
 class ImageStats:
     def __init__(self, splits, shape):
         self.shape = tuple(int(d) for d in shape)
-        channels = self.shape[-1]
-        self.sums = {s: np.zeros(channels) for s in splits}
-        self.squares = {s: np.zeros(channels) for s in splits}
-        self.pixels = dict.fromkeys(splits, 0)
+        # per split and channel, how many pixels hold each value 0..255: exact mean/std, integer work only
+        self.histograms = {s: np.zeros((self.shape[-1], 256), dtype=np.int64) for s in splits}
         self.hashes: list = []
         self.thumbs: list = []
         self._pending: list = []
@@ -67,19 +65,19 @@ class ImageStats:
         self._pending = []
         self.hashes.extend(dedup.phashes(images).tolist())
         self.thumbs.append(dedup.thumbnails(images))
-        flat = images.reshape(len(images), -1, self.shape[-1]).astype(np.float64)
-        for split in np.unique(splits):
-            chosen = flat[splits == split]
-            self.sums[split] += chosen.sum(axis=(0, 1))
-            self.squares[split] += np.square(chosen).sum(axis=(0, 1))
-            self.pixels[split] += chosen.shape[0] * chosen.shape[1]
+        for split in np.unique(splits).tolist():
+            chosen = images[splits == split]
+            for c in range(self.shape[-1]):
+                self.histograms[split][c] += np.bincount(chosen[..., c].ravel(), minlength=256)
 
     def split_report(self, split: str, vocabulary=None) -> dict:
-        n = self.pixels[split]
+        histogram = self.histograms[split].astype(np.float64)
+        n = histogram[0].sum()
         if not n:
             return {"pixel_mean": None, "pixel_std": None}
-        mean = self.sums[split] / n
-        std = np.sqrt(np.maximum(self.squares[split] / n - mean**2, 0.0))
+        values = np.arange(256, dtype=np.float64)
+        mean = histogram @ values / n
+        std = np.sqrt(np.maximum(histogram @ values**2 / n - mean**2, 0.0))
         return {"pixel_mean": [round(float(v), 3) for v in mean], "pixel_std": [round(float(v), 3) for v in std]}
 
 
@@ -100,7 +98,7 @@ class TextStats:
         self.chars[split].append(len(text))
         self.lengths[split].append(len(cut))
         self.counts[split].update(cut)
-        self.near_keys.append(dedup.near_text_key(text))
+        self.near_keys.append(dedup.digest(b" ".join(cut)))  # near: the same tokens, whatever case and spacing
         if len(cut) <= self.near_empty_tokens:
             entry = self.empty[split]
             entry["empty" if not cut else "near_empty"] += 1
