@@ -65,17 +65,19 @@ class Collector:
         ex.splits.append(split)
         ex.labels.append(int(label))
         ex.names.append(name)
-        ex.keys.append(dedup.content_hash(self.modality, value))
+        text = None if self.modality == "image" else dedup.standard_text(value)
+        ex.keys.append(dedup.digest(value if text is None else text.encode("utf-8")))  # dedup.content_hash
         ex.positions.append(position)
         self.per_class[split][int(label)] += 1
-        self.stats.add(split, value, name)
+        self.stats.add(split, value, name, text)
 
     def duplicates(self) -> dict:
         """{'exact': section, 'near': section, 'leaked': sorted test ids duplicating a train example}."""
         self.stats.flush()
         ex, listed = self.ex, self.validation.examples_listed
-        exact, leaked_exact = dedup.summarize(dedup.exact_clusters(ex.keys), ex, listed)
-        links = [(m[0], other) for m in dedup.exact_clusters(ex.keys) for other in m[1:]]
+        same = dedup.exact_clusters(ex.keys)
+        exact, leaked_exact = dedup.summarize(same, ex, listed)
+        links = [(m[0], other) for m in same for other in m[1:]]
         links.extend(self._near_links())
         clusters = [
             members
