@@ -243,6 +243,8 @@ def open_directory(cfg) -> Source:
         what = "not a UTF-8 text file"
         decode = decode_text_file
 
+    folders = {"train": d.train_split, "validation": d.validation_split or d.train_split, "test": d.test_split}
+
     def stream(bad: BadFiles) -> Iterator[Triple]:
         for split in ("train", "validation", "test"):
             for entry in plan[split]:
@@ -251,7 +253,7 @@ def open_directory(cfg) -> Source:
                 except Exception as exc:  # noqa: BLE001 - any decoder failure is this file's fault
                     bad.report(entry.path, f"{what} ({one_line(exc, 200)})")
                     continue
-                yield split, value, entry.label, entry.path.relative_to(d.path).as_posix()
+                yield split, value, entry.label, f"{folders[split]}/{entry.key}"  # the name the data report uses
 
     from tfpipe.data.manifest import portable_path
 
