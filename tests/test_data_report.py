@@ -291,10 +291,12 @@ def test_leakage_fail_stops_prepare_in_one_line_and_writes_nothing(capsys, image
         ("data.validation.leakage=drpo", "data.validation.leakage='drpo'"),
         ("data.validation.near_image_hamming=13", "data.validation.near_image_hamming=13"),
         ("data.validation.near_image_hamming=-1", "data.validation.near_image_hamming=-1"),
+        ("data.validation.near_image_max_colour_diff=256", "data.validation.near_image_max_colour_diff=256"),
+        ("data.validation.report=false data.validation.leakage=drop", "needs data.validation.report=true"),
     ],
 )
 def test_bad_policy_or_threshold_is_refused_before_anything_is_read(capsys, tmp_path, override, key):
-    code, lines = _cli(capsys, _argv(tmp_path / "does-not-exist", tmp_path / "out", override))
+    code, lines = _cli(capsys, _argv(tmp_path / "does-not-exist", tmp_path / "out", *override.split()))
     assert code == 2 and len(lines) == 1 and key in lines[0], lines
     assert not (tmp_path / "out").exists()
 
@@ -338,11 +340,19 @@ def _test_hashes(prepared: Path, which: str) -> list:
     return [dedup.content_hash(modality, v) for v in values]
 
 
-def test_report_off_writes_no_report(image_trees, tmp_path):
-    prepared = prepare_tree(
-        image_trees[0], tmp_path / "off", *VAL, "data.validation.report=false"
-    ).prepared_dir
+def test_report_off_writes_no_report_and_the_metrics_hold_the_counts(image_trees, tmp_path):
+    from tfpipe import config, stages
+
+    cfg = config.compose(
+        _argv(image_trees[0], tmp_path / "off", "data.validation.report=false"), config_dir=ROOT / "conf"
+    )
+    manifest = stages.run_prepare(cfg, tmp_path)
+    prepared = tmp_path / "off"
     assert not (prepared / REPORT_FILE).exists() and "data_report" not in data.load_manifest(prepared)
+    metrics = json.loads((tmp_path / stages.DATA_METRICS).read_text())
+    assert metrics == {
+        f"examples_{s}": manifest["splits"][s]["num_examples"] for s in ("train", "validation", "test")
+    }
 
 
 # ----------------------------------------------------------------------------- evaluate: accuracy without the leak
