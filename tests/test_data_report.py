@@ -293,6 +293,9 @@ def test_leakage_fail_stops_prepare_in_one_line_and_writes_nothing(capsys, image
         ("data.validation.near_image_hamming=-1", "data.validation.near_image_hamming=-1"),
         ("data.validation.near_image_max_colour_diff=256", "data.validation.near_image_max_colour_diff=256"),
         ("data.validation.report=false data.validation.leakage=drop", "needs data.validation.report=true"),
+        ("data.validation.drift=stop", "data.validation.drift='stop'"),
+        ("data.validation.max_share_shift=0", "data.validation.max_share_shift=0"),
+        ("data.validation.max_oov_increase=1.5", "data.validation.max_oov_increase=1.5"),
     ],
 )
 def test_bad_policy_or_threshold_is_refused_before_anything_is_read(capsys, tmp_path, override, key):
@@ -521,3 +524,75 @@ def test_near_images_must_also_share_their_colours():
     pairs = dedup.near_pairs(dedup.phashes(images), 4)
     assert pairs == [(0, 1), (0, 2), (1, 2)]
     assert dedup.same_colours(dedup.thumbnails(images), pairs, 32) == [(0, 2)]
+
+
+# ----------------------------------------------------------------------------- drift against a reference report
+
+
+def test_drift_finds_the_planted_class_share_shift_and_nothing_else(image_trees, image_reports, tmp_path):
+    clean, _, _ = image_trees
+    reference = image_reports[0].prepared_dir / REPORT_FILE
+    same = prepare_tree(clean, tmp_path / "same", *VAL, f"data.validation.reference={reference}")
+    assert load_report(same.prepared_dir)["drift"]["anomalies"] == []
+    skewed = tmp_path / "skewed"
+    shutil.copytree(clean, skewed)
+    for path in sorted((skewed / "test" / "red").iterdir())[1:]:  # 3 red test images -> 1
+        path.unlink()
+    out = prepare_tree(skewed, tmp_path / "out", *VAL, f"data.validation.reference={reference}")
+    assert load_report(out.prepared_dir)["drift"]["anomalies"] == [
+        "test: share of class 'red': reference 0.3333, now 0.1429"
+    ]
+
+
+def test_drift_finds_the_planted_oov_jump(text_trees, text_reports, tmp_path):
+    clean, _, _ = text_trees
+    reference = text_reports[0].prepared_dir / REPORT_FILE
+    jumped = tmp_path / "jumped"
+    shutil.copytree(clean, jumped)
+    for label in ("neg", "pos"):  # one more review per class: the shares stay at 0.5
+        words = " ".join(f"qz{label}{i}x" for i in range(40))
+        (jumped / "test" / label / "oov_0.txt").write_text(words, encoding="utf-8")
+    out = prepare_tree(
+        jumped, tmp_path / "out", "dataset=imdb", *VAL, f"data.validation.reference={reference}"
+    )
+    report, old = load_report(out.prepared_dir), load_report(text_reports[0].prepared_dir)
+    (line,) = report["drift"]["anomalies"]
+    before, after = old["splits"]["test"]["oov_rate"], report["splits"]["test"]["oov_rate"]
+    assert line == f"test: oov_rate: reference {before:.4f}, now {after:.4f}" and after - before > 0.02
+
+
+def test_drift_fail_stops_prepare_in_one_line(capsys, image_trees, image_reports, tmp_path):
+    skewed = tmp_path / "skewed"
+    shutil.copytree(image_trees[0], skewed)
+    for path in sorted((skewed / "test" / "red").iterdir())[1:]:
+        path.unlink()
+    reference = image_reports[0].prepared_dir / REPORT_FILE
+    argv = _argv(
+        skewed, tmp_path / "out", f"data.validation.reference={reference}", "data.validation.drift=fail"
+    )
+    code, lines = _cli(capsys, argv)
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0] == (
+        "prepare: error: data.validation.drift=fail: test: share of class 'red': reference 0.3333, now 0.1429; "
+        "or set data.validation.drift=warn"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_or_foreign_reference_is_refused_before_anything_is_read(capsys, image_reports, tmp_path):
+    missing = tmp_path / "nope.json"
+    code, lines = _cli(
+        capsys, _argv(tmp_path / "no-data", tmp_path / "out", f"data.validation.reference={missing}")
+    )
+    assert (
+        code == 2 and len(lines) == 1 and "data.validation.reference=" in lines[0] and "not found" in lines[0]
+    )
+    image_report = image_reports[0].prepared_dir / REPORT_FILE
+    argv = _argv(
+        tmp_path / "no-data", tmp_path / "out", f"data.validation.reference={image_report}", "dataset=imdb"
+    )
+    code, lines = _cli(capsys, argv)
+    assert (
+        code == 2 and len(lines) == 1 and "a report of image data, but dataset 'imdb' is text" in lines[0]
+    ), lines
+    assert not (tmp_path / "out").exists()

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 def prepare(cfg, *, progress: bool = True) -> dict:
     output_dir = Path(os.path.abspath(cfg.data.output_dir))
+    from tfpipe.data.drift import load_reference
+
+    reference = load_reference(cfg)  # a missing or foreign reference report stops us before anything is read
     source = _open_source(cfg)  # cheap layout checks / builder setup happen here, before any writing
     _remove_stale_temps(output_dir)
     tmp = output_dir.with_name(f"{output_dir.name}.tmp-{os.getpid()}")
@@ -36,7 +39,7 @@ def prepare(cfg, *, progress: bool = True) -> dict:
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     try:
-        manifest = _write_all(cfg, source, tmp, progress)
+        manifest = _write_all(cfg, source, tmp, progress, reference)
         _swap_into_place(tmp, output_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -44,7 +47,7 @@ def prepare(cfg, *, progress: bool = True) -> dict:
     return manifest
 
 
-def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool) -> dict:
+def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool, reference=None) -> dict:
     from tqdm.auto import tqdm
 
     from tfpipe.data.tfrecords import ShardedWriter, encode_example, feature_key
@@ -80,7 +83,7 @@ def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool) -> dict:
                             f"({bad.count} bad files skipped); expected at least one")
     manifest = _finish_manifest(cfg, source, tmp, key, shards, counts, bad)
     if collector is not None:
-        _write_report(tmp, collector, manifest, found, dropped)
+        _write_report(tmp, collector, manifest, found, dropped, reference)
     return manifest
 
 
@@ -102,13 +105,17 @@ def _check_leakage(cfg, collector, tmp: Path, shards: dict, counts: dict) -> tup
     return found, leakage.apply(collector, found, tmp, shards, counts, cfg.data.examples_per_shard)
 
 
-def _write_report(tmp: Path, collector, manifest: dict, found: dict, dropped: list) -> None:
-    """report.json, and the manifest's pointer to it (and how many test examples leakage=drop removed)."""
+def _write_report(tmp: Path, collector, manifest: dict, found: dict, dropped: list, reference) -> None:
+    """report.json (with the drift check against the reference), and the manifest's pointer to it (and how
+    many test examples leakage=drop removed)."""
+    from tfpipe.data import drift
     from tfpipe.data.report import REPORT_FILE, write_report
     from tfpipe.data.vocab import read_vocab
 
     vocabulary = set(read_vocab(tmp)) if manifest["vocab_file"] else None
-    write_report(tmp, collector.build(manifest, found, dropped, vocabulary))
+    report = collector.build(manifest, found, dropped, vocabulary)
+    drift.apply(reference, report, collector.validation)
+    write_report(tmp, report)
     manifest["data_report"] = {
         "file": REPORT_FILE,
         "leakage_policy": collector.validation.leakage,
