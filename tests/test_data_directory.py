@@ -84,7 +84,9 @@ def test_image_manifest_counts_classes_and_shards(prepared_image):
             listed.append(shard["file"])
     assert sorted(listed) == on_disk
     assert len(manifest["splits"]["train"]["shards"]) == 3
-    assert sorted(p.name for p in prepared_dir.iterdir()) == sorted([*on_disk, "manifest.json"])
+    assert sorted(p.name for p in prepared_dir.iterdir()) == sorted(
+        [*on_disk, "manifest.json", "report.json"]
+    )
     assert data.manifest_digest(prepared_dir) == _sha256(prepared_dir / "manifest.json")
     data.verify_shards(prepared_dir)
 

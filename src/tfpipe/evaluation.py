@@ -44,6 +44,10 @@ class EvalResult:
     roc_auc: Optional[float] = None  # binary tasks with both classes present
     labels: np.ndarray = field(default=None, repr=False)  # [N] actual class indices
     predictions: np.ndarray = field(default=None, repr=False)  # [N] argmax class indices
+    # on the test split without the examples that duplicate a train example (the data report's leakage list);
+    # None when there are none
+    accuracy_dedup: Optional[float] = None
+    num_examples_dedup: Optional[int] = None
 
     def scalar_metrics(self) -> dict:
         out = {
@@ -56,6 +60,9 @@ class EvalResult:
         }
         if self.roc_auc is not None:
             out["roc_auc"] = self.roc_auc
+        if self.accuracy_dedup is not None:
+            out["accuracy_dedup"] = self.accuracy_dedup
+            out["num_examples_dedup"] = self.num_examples_dedup
         return out
 
     def to_dict(self) -> dict:
@@ -174,8 +181,11 @@ def _serving_fn(saved_model_dir: Path):
     return loaded, fn, input_name, output
 
 
-def evaluate(saved_model_dir, prepared_dir, *, batch_size: int = 256) -> EvalResult:
-    """Load the SavedModel from disk and score it on the prepared test split."""
+def evaluate(
+    saved_model_dir, prepared_dir, *, batch_size: int = 256, leaked_hashes=frozenset()
+) -> EvalResult:
+    """Load the SavedModel from disk and score it on the prepared test split (and, when `leaked_hashes` names
+    test examples by content hash, on the split without them: accuracy_dedup)."""
     from tfpipe import data
 
     saved_model_dir, prepared_dir = Path(saved_model_dir), Path(prepared_dir)
@@ -185,15 +195,31 @@ def evaluate(saved_model_dir, prepared_dir, *, batch_size: int = 256) -> EvalRes
     dataset = data.make_dataset(
         prepared_dir, TEST_SPLIT, batch_size=batch_size, training=False, seed=0, cache=False
     )
-    labels, probabilities = [], []
+    labels, probabilities, leaked = [], [], []
     for features, batch_labels in dataset:
         probabilities.append(fn(**{input_name: features})[output].numpy())
         labels.append(batch_labels.numpy())
+        leaked.extend(_leaked(manifest["modality"], features.numpy(), leaked_hashes))
     del loaded
     k = len(class_names)
     labels = np.concatenate(labels) if labels else np.zeros(0, dtype=np.int64)
     probabilities = np.concatenate(probabilities) if probabilities else np.zeros((0, k))
-    return score(labels, probabilities, class_names)
+    result = score(labels, probabilities, class_names)
+    keep = ~np.asarray(leaked, dtype=bool)
+    if leaked and not keep.all():
+        result.num_examples_dedup = int(keep.sum())
+        hits = result.predictions[keep] == result.labels[keep]
+        result.accuracy_dedup = float(hits.mean()) if keep.any() else float("nan")
+    return result
+
+
+def _leaked(modality: str, features: np.ndarray, hashes) -> list:
+    """Per example of a batch: is its content one of `hashes` (tfpipe.data.dedup.content_hash)?"""
+    if not hashes:
+        return [False] * len(features)
+    from tfpipe.data.dedup import content_hash
+
+    return [content_hash(modality, x.tobytes() if modality == "image" else x) in hashes for x in features]
 
 
 # ----------------------------------------------------------------------------- reports

@@ -23,6 +23,7 @@ MODELS_DIR = "models"
 TRAIN_METRICS = "metrics/train.json"
 HISTORY_CSV = "plots/history.csv"
 EVAL_METRICS = "metrics/eval.json"
+DATA_METRICS = "metrics/data.json"  # the data report's headline (prepare; dvc.yaml declares it)
 CONFUSION_CSV = "plots/confusion_matrix.csv"
 CONFUSION_PNG = "plots/confusion_matrix.png"
 
@@ -35,10 +36,20 @@ def run_prepare(cfg: Config, root: Path) -> dict:
     """Source data -> data/prepared/<dataset>/ (TFRecord shards, manifest.json, vocab.txt)."""
     from tfpipe import data
 
-    manifest = data.prepare(_rooted(cfg, root))
+    rooted = _rooted(cfg, root)
+    manifest = data.prepare(rooted)
     counts = {split: info["num_examples"] for split, info in manifest["splits"].items()}
     log.info("prepared %s from %s: %s", cfg.dataset.name, cfg.data.source, counts)
+    files.write_json(root / DATA_METRICS, _data_headline(rooted, counts), sort_keys=True)
     return manifest
+
+
+def _data_headline(cfg: Config, counts: dict) -> dict:
+    """The data report's headline figures, or the example counts alone when no report was written."""
+    from tfpipe.data.report import headline, load_report
+
+    report = load_report(cfg.data.output_dir)
+    return headline(report) if report else {f"examples_{split}": n for split, n in counts.items()}
 
 
 def run_train(cfg: Config, root: Path):
@@ -64,6 +75,7 @@ def run_train(cfg: Config, root: Path):
         run.log_config(cfg.to_dict())
         run.set_tags(tracking.run_tags(cfg, None, digest, prov))
         run.log_dataset(manifest, digest, prepared, context="train")
+        _log_data_report(run, prepared)
         result = training.train(cfg, prepared_dir=prepared, output_dir=workdir.path, sink=run)
         if not chief:  # only the chief writes the run, metrics, plots and state; workers used scratch dirs
             return result
@@ -71,6 +83,16 @@ def run_train(cfg: Config, root: Path):
         # last: a full disk or a failed upload before this leaves the run to resume (at its final step)
         workdir.mark_complete(fingerprint, result.weights_sha256)
     return result
+
+
+def _log_data_report(run, prepared: Path) -> None:
+    """report.json as an artifact (data/) and its headline figures as `data.*` run tags."""
+    from tfpipe.data.report import REPORT_FILE, headline, load_report
+
+    report = load_report(prepared)
+    if report is not None:
+        run.log_artifact(prepared / REPORT_FILE, "data")
+        run.set_tags({f"data.{k}": v for k, v in headline(report).items()})
 
 
 def _log_training(
@@ -143,7 +165,12 @@ def run_evaluate(cfg: Config, root: Path):
     digest = data.manifest_digest(prepared)
 
     with tracking.resume_run(cfg, root, stage="evaluate") as run:
-        result = evaluation.evaluate(saved_model, prepared, batch_size=256)
+        from tfpipe.data.report import leaked_test_hashes
+
+        leaked = leaked_test_hashes(
+            prepared
+        )  # test examples that duplicate a train example: test_accuracy_dedup
+        result = evaluation.evaluate(saved_model, prepared, batch_size=256, leaked_hashes=leaked)
         evaluation.write_reports(
             result,
             metrics_path=root / EVAL_METRICS,

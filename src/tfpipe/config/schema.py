@@ -10,6 +10,7 @@ from typing import List, Optional
 
 from tfpipe import choices
 from tfpipe.config.checks import choice, device, launcher, non_negative, positive, tracking_uri
+from tfpipe.config.validation_schema import ValidationConfig
 from tfpipe.errors import ConfigError
 
 
@@ -165,6 +166,7 @@ class DataConfig:
     max_image_pixels: int = 40_000_000
     output_dir: str = "data/prepared"
     seed: int = 42
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
 
     def check(self, cfg) -> None:
         choice("data.source", self.source, choices.SOURCES)
@@ -187,6 +189,7 @@ class DataConfig:
         positive("data.max_image_pixels", self.max_image_pixels)
         if not self.output_dir:
             raise ConfigError("data.output_dir: empty; name the folder for the prepared TFRecords")
+        self.validation.check()
 
 
 @dataclass

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 def prepare(cfg, *, progress: bool = True) -> dict:
     output_dir = Path(os.path.abspath(cfg.data.output_dir))
+    from tfpipe.data.drift import load_reference
+
+    reference = load_reference(cfg)  # a missing or foreign reference report stops us before anything is read
     source = _open_source(cfg)  # cheap layout checks / builder setup happen here, before any writing
     _remove_stale_temps(output_dir)
     tmp = output_dir.with_name(f"{output_dir.name}.tmp-{os.getpid()}")
@@ -36,7 +39,7 @@ def prepare(cfg, *, progress: bool = True) -> dict:
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     try:
-        manifest = _write_all(cfg, source, tmp, progress)
+        manifest = _write_all(cfg, source, tmp, progress, reference)
         _swap_into_place(tmp, output_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -44,7 +47,7 @@ def prepare(cfg, *, progress: bool = True) -> dict:
     return manifest
 
 
-def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool) -> dict:
+def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool, reference=None) -> dict:
     from tqdm.auto import tqdm
 
     from tfpipe.data.tfrecords import ShardedWriter, encode_example, feature_key
@@ -57,9 +60,12 @@ def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool) -> dict:
     # Redraw often on a terminal, every 10 s in a log file (DVC and CI capture stderr).
     bar = tqdm(total=source.planned, disable=not progress, unit="ex", desc=f"prepare {ds_cfg.name}",
                dynamic_ncols=True, mininterval=0.1 if sys.stderr.isatty() else 10.0)
+    collector = _collector(cfg, source)
     try:
-        for split, value, label in source.stream(bad):
+        for split, value, label, *name in source.stream(bad):  # (split, value, label[, file name])
             writers[split].write(encode_example(key, value, label))
+            if collector is not None:
+                collector.add(split, value, label, name[0] if name else None)
             bar.update(1)
     except BaseException:
         for writer in writers.values():
@@ -69,12 +75,53 @@ def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool) -> dict:
         bar.close()
     shards = {split: writer.close() for split, writer in writers.items()}
     counts = {split: writers[split].num_examples for split in SPLITS}
+    found, dropped = _check_leakage(cfg, collector, tmp, shards, counts)
     for split in ("train", "test"):
         if counts[split] == 0:
             where = cfg.data.path if cfg.data.source == "directory" else f"tfds {ds_cfg.tfds_name}"
             raise DataError(f"{where}: no usable examples in the {split} split "
                             f"({bad.count} bad files skipped); expected at least one")
-    return _finish_manifest(cfg, source, tmp, key, shards, counts, bad)
+    manifest = _finish_manifest(cfg, source, tmp, key, shards, counts, bad)
+    if collector is not None:
+        _write_report(tmp, collector, manifest, found, dropped, reference)
+    return manifest
+
+
+def _collector(cfg, source: sources.Source):
+    """The data report's collector (tfpipe.data.report), or None when data.validation.report is off."""
+    if not cfg.data.validation.report:
+        return None
+    from tfpipe.data.report import Collector
+
+    return Collector(cfg, source.class_names, _feature(cfg.dataset))
+
+
+def _check_leakage(cfg, collector, tmp: Path, shards: dict, counts: dict) -> tuple:
+    if collector is None:
+        return None, []
+    from tfpipe.data import leakage
+
+    found = collector.duplicates()
+    return found, leakage.apply(collector, found, tmp, shards, counts, cfg.data.examples_per_shard)
+
+
+def _write_report(tmp: Path, collector, manifest: dict, found: dict, dropped: list, reference) -> None:
+    """report.json (with the drift check against the reference), and the manifest's pointer to it (and how
+    many test examples leakage=drop removed)."""
+    from tfpipe.data import drift
+    from tfpipe.data.report import REPORT_FILE, write_report
+    from tfpipe.data.vocab import read_vocab
+
+    vocabulary = set(read_vocab(tmp)) if manifest["vocab_file"] else None
+    report = collector.build(manifest, found, dropped, vocabulary)
+    drift.apply(reference, report, collector.validation)
+    write_report(tmp, report)
+    manifest["data_report"] = {
+        "file": REPORT_FILE,
+        "leakage_policy": collector.validation.leakage,
+        "test_examples_dropped": len(dropped),
+    }
+    write_manifest(tmp, manifest)
 
 
 def _feature(ds_cfg) -> dict:

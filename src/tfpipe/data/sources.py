@@ -278,6 +278,8 @@ def open_directory(cfg) -> Source:
     plan = _plan(cfg, files)
     decode, what = _decoder(cfg)
 
+    folders = {"train": d.train_split, "validation": d.validation_split or d.train_split, "test": d.test_split}
+
     def stream(bad: BadFiles) -> Iterator[Triple]:
         for path, reason in refused:
             bad.report(path, reason)
@@ -291,7 +293,7 @@ def open_directory(cfg) -> Source:
                 except Exception as exc:  # noqa: BLE001 - any decoder failure is this file's fault
                     bad.report(entry.path, f"{what} ({one_line(exc, 200)})")
                     continue
-                yield split, value, entry.label
+                yield split, value, entry.label, f"{folders[split]}/{entry.key}"  # the name the data report uses
 
     from tfpipe.data.manifest import portable_path
 

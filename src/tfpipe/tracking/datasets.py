@@ -69,6 +69,7 @@ def manifest_dataset(manifest: dict, manifest_digest: str, prepared_dir, context
         "manifest_digest": manifest_digest,
         "source": manifest.get("source"),
         "vocab_size": manifest.get("vocab_size"),
+        "data_report": _report_headline(prepared_dir),
     }
     with warnings.catch_warnings():  # "can be interpreted in multiple ways": both are the local source
         warnings.simplefilter("ignore")
@@ -81,3 +82,11 @@ def manifest_dataset(manifest: dict, manifest_digest: str, prepared_dir, context
         schema=feature_schema(manifest),
         profile=redact_strings(profile),
     )
+
+
+def _report_headline(prepared_dir) -> dict | None:
+    """The data report's headline figures (tfpipe.data.report), None when prepare wrote no report."""
+    from tfpipe.data.report import headline, load_report
+
+    report = load_report(prepared_dir)
+    return headline(report) if report else None
