@@ -24,7 +24,9 @@ def default_policy() -> str:
 
     assert not tf.config.list_physical_devices("GPU"), "the suite's expected policies assume a CPU-only host"
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    flags = {f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()}
+    flags = {
+        f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()
+    }
     return "mixed_bfloat16" if flags & {"amx_bf16", "avx512_bf16"} else "float32"
 
 
