@@ -66,10 +66,10 @@ def test_unknown_spec_name_and_console_script(conf_project, capsys):
 # ----------------------------------------------------------------------------- a real study (slow)
 
 
-def _study(project: Path):
+def _study(project: Path, db: str = "optuna.db"):
     import optuna
 
-    return optuna.load_study(study_name="tune-smoke", storage=f"sqlite:///{project / 'optuna.db'}")
+    return optuna.load_study(study_name="tune-smoke", storage=f"sqlite:///{project / db}")
 
 
 def _done(project: Path) -> int:
@@ -125,3 +125,45 @@ def test_study_prunes_resumes_after_kill_and_best_reruns(tmp_path, image_dir, te
     _run([sys.executable, "-m", "pipeline.run_all", *overrides.split()], project, env)
     rerun = json.loads((project / "metrics" / "train.json").read_text())
     assert rerun["val_loss"] == study.best_value
+
+
+@pytest.mark.slow
+def test_two_tuners_share_one_study(tmp_path, image_dir, text_dir):
+    """Two checkouts, one tracking store and one study storage: the trials are split between the tuners, the
+    study ends with exactly n_trials COMPLETE + PRUNED, all runs under the one parent."""
+    from mlflow import MlflowClient
+    from test_pipeline_e2e import TINY, _make_project
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    cmd = [sys.executable, "-m", "pipeline.tune", "smoke", *[o for o in TINY if o != "experiment=smoke"]]
+    cmd += ["--storage", f"sqlite:///{shared / 'optuna.db'}"]
+    procs = []
+    for name in ("a", "b"):
+        project, env = _make_project(tmp_path / name, image_dir, text_dir)
+        env["MLFLOW_TRACKING_URI"] = f"sqlite:///{shared / 'mlflow.db'}"
+        procs.append(
+            subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        )
+        while not _parent_id(shared):  # the second tuner joins once the study and its parent run exist
+            assert procs[0].poll() is None, procs[0].stderr.read()
+            time.sleep(1)
+    for proc in procs:
+        assert proc.wait(1800) == 0, proc.stderr.read()[-3000:]
+
+    trials = [t for t in _study(shared).trials if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(trials) == 4 and "RUNNING" not in [t.state.name for t in _study(shared).trials]
+    assert {Path(t.user_attrs["project"]).parent.name for t in trials} == {"a", "b"}
+    client = MlflowClient(f"sqlite:///{shared / 'mlflow.db'}")
+    for trial in trials:
+        run = client.get_run(trial.user_attrs["mlflow_run_id"])
+        assert run.data.tags["mlflow.parentRunId"] == _parent_id(shared)
+
+
+def _parent_id(shared: Path):
+    if not (shared / "optuna.db").exists():
+        return None
+    try:
+        return _study(shared).user_attrs.get("mlflow_parent_run_id")
+    except KeyError:
+        return None

@@ -14,6 +14,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tfpipe.errors import ConfigError
@@ -97,12 +98,6 @@ def open_trial(info: dict):
     return optuna.trial.Trial(study, info["trial_id"])
 
 
-def done_count(study) -> int:
-    from optuna.trial import TrialState
-
-    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
-
-
 class Objective:
     """One trial: run the pipeline with the sampled overrides in a subprocess, tag its MLflow run, return the
     final value of the metric (metrics/train.json), or raise TrialPruned / TrialCrashed."""
@@ -116,7 +111,11 @@ class Objective:
         overrides = [*self.base, *as_overrides(suggest(trial, self.spec.space))]
         rc = self._run(trial, overrides)
         frozen = next(t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number)
-        tags = {"tune.study": trial.study.study_name, "tune.trial": trial.number}
+        tags = {
+            "tune.study": trial.study.study_name,
+            "tune.trial": trial.number,
+            "tune.project": str(self.root),
+        }
         run_id = self._tag_run(trial, tags)
         if PRUNED_ATTR in frozen.user_attrs:
             self._tag(run_id, {"tune.pruned": "true"})
@@ -143,6 +142,7 @@ class Objective:
     def _tag_run(self, trial, tags: dict) -> str | None:
         path = self.root / self.cfg.tracking.run_file
         run_id = json.loads(path.read_text())["run_id"] if path.is_file() else None
+        trial.set_user_attr("project", str(self.root))  # which tuner ran it (tuners may share the study)
         if run_id:
             trial.set_user_attr("mlflow_run_id", run_id)
         self._tag(run_id, tags)
@@ -156,15 +156,21 @@ class Objective:
 
 
 def run_study(study, objective: Objective, n_trials: int) -> None:
-    """Trials until the study holds n_trials COMPLETE + PRUNED ones (counted before each, so tuners share);
-    gives up after n_trials crashes of this tuner."""
-    crashes = 0
-    while done_count(study) < n_trials and crashes < n_trials:
-        before = len(study.get_trials(deepcopy=False))
-        study.optimize(objective, n_trials=1, catch=(TrialCrashed,))
-        crashed = study.get_trials(deepcopy=False)[before:]
-        crashes += sum(t.state.name == "FAIL" for t in crashed)
-    _fail_stale(study)
+    """Trials until the study holds n_trials COMPLETE + PRUNED ones. Trials running in another tuner count
+    (wait for them: they finish, or their heartbeat goes stale and they FAIL), so tuners sharing a study
+    stop at n_trials; this tuner gives up after n_trials crashes of its own."""
+    crashes, ended = 0, []  # this tuner's trials (the study's last one may be another tuner's)
+    while crashes < n_trials:
+        _fail_stale(study)
+        states = [t.state.name for t in study.get_trials(deepcopy=False)]
+        done = states.count("COMPLETE") + states.count("PRUNED")
+        if done >= n_trials:
+            return
+        if done + states.count("RUNNING") >= n_trials:
+            time.sleep(HEARTBEAT_SECONDS)
+            continue
+        study.optimize(objective, n_trials=1, catch=(TrialCrashed,), callbacks=[lambda _, t: ended.append(t)])
+        crashes += ended[-1].state.name == "FAIL"
 
 
 def _fail_stale(study) -> None:
