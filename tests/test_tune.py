@@ -81,16 +81,37 @@ def _done(project: Path) -> int:
         return 0
 
 
+def _training(project: Path, number: int) -> bool:
+    trials = _study(project).trials if _done(project) else []
+    return len(trials) > number and "mlflow_run_id" in trials[number].user_attrs
+
+
 def _kill_after(cmd, project: Path, env: dict, done: int, timeout: float = 900) -> None:
-    """Start the tuner, SIGKILL it (the tuner only: its trial dies with it) once `done` trials finished."""
+    """Start the tuner, SIGKILL it (the tuner only: its trial dies with it) once `done` trials finished and
+    the next one is training."""
     proc = subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout
-    while _done(project) < done:
+    while _done(project) < done or not _training(project, done):
         assert proc.poll() is None, f"the tuner ended ({proc.returncode}) before {done} trials"
         assert time.monotonic() < deadline
         time.sleep(1)
+    deadline = time.monotonic()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
+    while _trial_processes(project):  # the trial dies with its tuner (PR_SET_PDEATHSIG)
+        assert time.monotonic() < deadline + 20, "the trial outlived its SIGKILLed tuner"
+        time.sleep(0.5)
+
+
+def _trial_processes(project: Path) -> list:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if b"pipeline.run_all" in (proc / "cmdline").read_bytes() and (proc / "cwd").resolve() == project:
+                found.append(proc.name)
+        except OSError:
+            continue
+    return found
 
 
 @pytest.mark.slow
@@ -110,6 +131,11 @@ def test_study_prunes_resumes_after_kill_and_best_reruns(tmp_path, image_dir, te
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     parent = client.get_run(study.user_attrs["mlflow_parent_run_id"])
     assert parent.info.status == "FINISHED" and parent.data.metrics["best_val_loss"] == study.best_value
+    killed = study.trials[2]  # the trial training when the tuner was killed: FAILED in the study and MLflow
+    assert (
+        killed.state.name == "FAIL"
+        and client.get_run(killed.user_attrs["mlflow_run_id"]).info.status == "FAILED"
+    )
     for trial in study.trials:
         if trial.state.name not in ("COMPLETE", "PRUNED"):
             continue

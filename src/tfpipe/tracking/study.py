@@ -61,3 +61,8 @@ def record_best(parent: ParentRun, metrics: dict, tags: dict, overrides: list, p
     tag_run(parent, parent.run_id, tags)
     parent.client.log_text(parent.run_id, "\n".join(overrides) + "\n", "best/overrides.txt")
     parent.client.log_text(parent.run_id, params_yaml, "best/params.yaml")
+
+
+def end_if_running(parent: ParentRun, run_id: str, status: str) -> None:
+    if parent.client.get_run(run_id).info.status == "RUNNING":
+        parent.client.set_terminated(run_id, status)

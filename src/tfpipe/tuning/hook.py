@@ -14,7 +14,7 @@ from tfpipe.hooks import Hook
 
 log = logging.getLogger(__name__)
 
-TRIAL_ENV = "TFPIPE_TUNE_TRIAL"  # {"storage", "study", "trial_id", "metric", "pruner"}
+TRIAL_ENV = "TFPIPE_TUNE_TRIAL"  # {"storage", "study", "trial_id", "metric", "pruner", "run_file"}
 PRUNED_ATTR = "pruned_at_epoch"
 
 
@@ -29,8 +29,15 @@ class TrialHook(Hook):
         from tfpipe.tuning.study import open_trial
 
         self.trial = open_trial(info)
-        self.metric = info["metric"]
+        self.metric, self.run_file = info["metric"], info["run_file"]
         self._prune_epoch = None
+
+    def on_train_begin(self, step: int) -> None:
+        """The trial names its MLflow run (the train stage wrote the run file): if the tuner dies, the one
+        that takes over ends that run FAILED."""
+        if os.path.isfile(self.run_file):  # the chief's (workers of a multi-process strategy have none)
+            with open(self.run_file, encoding="utf-8") as fh:
+                self.trial.set_user_attr("mlflow_run_id", json.load(fh)["run_id"])
 
     def on_epoch_end(self, epoch: int, row: dict) -> None:
         self.trial.report(float(row[self.metric]), epoch)

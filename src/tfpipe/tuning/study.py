@@ -127,16 +127,19 @@ class Objective:
         return value
 
     def _run(self, trial, overrides: list) -> int:
-        from tfpipe.launcher import die_with_launcher
+        from tfpipe.launcher import LAUNCHER_PID_ENV, die_with_launcher
 
         for stale in (self.root / self.cfg.tracking.run_file, self.root / "metrics" / "train.json"):
             stale.unlink(missing_ok=True)  # so a crashed trial is never read as the previous one
         info = {"storage": self.url, "study": trial.study.study_name, "trial_id": trial._trial_id}
-        info.update(metric=self.spec.metric, pruner=self.spec.pruner)
+        run_file = str(self.root / self.cfg.tracking.run_file)
+        info.update(metric=self.spec.metric, pruner=self.spec.pruner, run_file=run_file)
         env = {**os.environ, TRIAL_ENV: json.dumps(info)}
         log.info("trial %d: %s", trial.number, " ".join(overrides))
         cmd = [sys.executable, "-m", "pipeline.run_all", *overrides]
-        # the trial dies with the tuner (kill -9 included), as the launcher's tasks do
+        # the trial dies with the tuner (kill -9 included), as the launcher's tasks do; die_with_launcher
+        # reads the tuner's pid from the environment inherited by the fork
+        os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
         return subprocess.run(cmd, cwd=self.root, env=env, preexec_fn=die_with_launcher).returncode
 
     def _tag_run(self, trial, tags: dict) -> str | None:
@@ -147,6 +150,16 @@ class Objective:
             trial.set_user_attr("mlflow_run_id", run_id)
         self._tag(run_id, tags)
         return run_id
+
+    def end_dead_runs(self, study) -> None:
+        """The MLflow runs of trials a dead tuner left RUNNING (FAIL in the study by now) end FAILED too."""
+        from optuna.trial import TrialState
+
+        from tfpipe.tracking.study import end_if_running
+
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+            if trial.user_attrs.get("mlflow_run_id"):
+                end_if_running(self.parent, trial.user_attrs["mlflow_run_id"], "FAILED")
 
     def _tag(self, run_id, tags: dict) -> None:
         from tfpipe.tracking.study import tag_run
@@ -162,6 +175,7 @@ def run_study(study, objective: Objective, n_trials: int) -> None:
     crashes, ended = 0, []  # this tuner's trials (the study's last one may be another tuner's)
     while crashes < n_trials:
         _fail_stale(study)
+        objective.end_dead_runs(study)
         states = [t.state.name for t in study.get_trials(deepcopy=False)]
         done = states.count("COMPLETE") + states.count("PRUNED")
         if done >= n_trials:
