@@ -193,3 +193,29 @@ def _parent_id(shared: Path):
         return _study(shared).user_attrs.get("mlflow_parent_run_id")
     except KeyError:
         return None
+
+
+@pytest.mark.parametrize("epochs, pruned", [(2, True), (1, False)])
+def test_trial_hook_prunes_a_bad_epoch_but_never_the_last(tmp_path, epochs, pruned):
+    """A real SQLite study: one finished trial at val_loss 0.1; a trial reporting 5.0 after epoch 0 is
+    stopped (Interrupted, the study told through a user attr) unless epoch 0 was its last."""
+    import optuna
+
+    from tfpipe import interrupts
+    from tfpipe.tuning.hook import PRUNED_ATTR, TrialHook
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.add_trial(optuna.trial.create_trial(value=0.1, intermediate_values={0: 0.1, 1: 0.1}))
+    trial = study.ask()
+    info = {"storage": storage, "study": "s", "trial_id": trial._trial_id, "metric": "val_loss"}
+    info.update(pruner={"name": "median", "n_startup_trials": 1}, run_file=str(tmp_path / "run.json"))
+    hook = TrialHook(info, epochs)
+    hook.on_train_begin(0)
+    hook.on_epoch_end(0, {"val_loss": 5.0})
+    assert hook.stop_requested() is pruned
+    if pruned:
+        with pytest.raises(interrupts.Interrupted):
+            hook.stop("at the end of epoch 0")
+        assert study.trials[-1].user_attrs[PRUNED_ATTR] == 0
+    assert study.trials[-1].intermediate_values == {0: 5.0}

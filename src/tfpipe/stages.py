@@ -65,7 +65,9 @@ def run_train(cfg: Config, root: Path):
         run.log_config(cfg.to_dict())
         run.set_tags(tracking.run_tags(cfg, None, digest, prov))
         run.log_dataset(manifest, digest, prepared, context="train")
-        hooks = tuning_hooks()  # a tuner's trial reports its epochs to the study (env TFPIPE_TUNE_TRIAL)
+        hooks = tuning_hooks(
+            cfg.train.epochs
+        )  # a tuner's trial reports its epochs to the study (env TFPIPE_TUNE_TRIAL)
         result = training.train(cfg, prepared_dir=prepared, output_dir=workdir.path, sink=run, hooks=hooks)
         if not chief:  # only the chief writes the run, metrics, plots and state; workers used scratch dirs
             return result

@@ -18,19 +18,19 @@ TRIAL_ENV = "TFPIPE_TUNE_TRIAL"  # {"storage", "study", "trial_id", "metric", "p
 PRUNED_ATTR = "pruned_at_epoch"
 
 
-def hooks_from_env() -> list:
-    """[TrialHook] in a trial's process, else []."""
+def hooks_from_env(epochs: int) -> list:
+    """[TrialHook] in a trial's process (training for `epochs` epochs), else []."""
     raw = os.environ.get(TRIAL_ENV, "").strip()
-    return [TrialHook(json.loads(raw))] if raw else []
+    return [TrialHook(json.loads(raw), epochs)] if raw else []
 
 
 class TrialHook(Hook):
-    def __init__(self, info: dict):
+    def __init__(self, info: dict, epochs: int):
         from tfpipe.tuning.study import open_trial
 
         self.trial = open_trial(info)
         self.metric, self.run_file = info["metric"], info["run_file"]
-        self._prune_epoch = None
+        self.epochs, self._prune_epoch = epochs, None
 
     def on_train_begin(self, step: int) -> None:
         """The trial names its MLflow run (the train stage wrote the run file): if the tuner dies, the one
@@ -41,7 +41,7 @@ class TrialHook(Hook):
 
     def on_epoch_end(self, epoch: int, row: dict) -> None:
         self.trial.report(float(row[self.metric]), epoch)
-        if self.trial.should_prune():
+        if epoch + 1 < self.epochs and self.trial.should_prune():  # a finished training is not pruned
             self._prune_epoch = epoch
 
     def stop_requested(self) -> bool:
