@@ -333,7 +333,7 @@ def _decoded(path: Path, which: str) -> bytes:
         return path.read_bytes()
     from tfpipe.data.sources import decode_image_file
 
-    return decode_image_file(path, [32, 32], 3)
+    return decode_image_file(path, [32, 32], 3, max_pixels=40_000_000)
 
 
 def _test_hashes(prepared: Path, which: str) -> list:
@@ -373,6 +373,9 @@ def _colour_model(path: Path) -> Path:
 
     module = Colour()
     tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    from tfpipe import files
+
+    files.seal(path)  # what export_saved_model does: evaluate loads only sealed models
     return path
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tfpipe import files
 from tfpipe.config import Config
+from tfpipe.tuning.hook import hooks_from_env as tuning_hooks
 from tfpipe.workdir import WorkDir
 from tfpipe.workdir import fingerprint as training_fingerprint
 
@@ -76,7 +77,10 @@ def run_train(cfg: Config, root: Path):
         run.set_tags(tracking.run_tags(cfg, None, digest, prov))
         run.log_dataset(manifest, digest, prepared, context="train")
         _log_data_report(run, prepared)
-        result = training.train(cfg, prepared_dir=prepared, output_dir=workdir.path, sink=run)
+        hooks = tuning_hooks(
+            cfg.train.epochs
+        )  # a tuner's trial reports its epochs to the study (TFPIPE_TUNE_TRIAL)
+        result = training.train(cfg, prepared_dir=prepared, output_dir=workdir.path, sink=run, hooks=hooks)
         if not chief:  # only the chief writes the run, metrics, plots and state; workers used scratch dirs
             return result
         _log_training(run, cfg, result, workdir, root, prepared, manifest, digest, prov)

@@ -1,11 +1,10 @@
 """Where examples come from: a class-per-folder directory tree, or a TFDS builder.
 
-Both yield `(split, value, label)` triples, `value` being the bytes stored in the Example (raw uint8
-pixels at the configured size, or the raw UTF-8 text). Splits are always named train/validation/test.
+Both yield `(split, value, label, name)`, `value` being the bytes stored in the Example (raw uint8 pixels at
+the configured size, or the raw UTF-8 text), `name` the example's file (the data report names examples by it).
 
-The directory source lists files itself (sorted, deterministic) instead of using
-`keras.utils.image_dataset_from_directory` / `tfds.folder_dataset`: those readers fail on the first
-bad file without naming it (or silently drop it), and a bad file must be reported by its path.
+The directory source lists files itself (sorted, deterministic) instead of Keras' / TFDS's folder readers:
+those fail on the first bad file without naming it (or drop it silently); a bad file is reported by its path.
 """
 
 from __future__ import annotations

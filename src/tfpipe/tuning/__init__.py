@@ -1,0 +1,100 @@
+"""Hyperparameter search: `python -m pipeline.tune NAME [--storage URL] [--study NAME] [OVERRIDE ...]`.
+
+conf/tune/NAME.yaml (see `tfpipe.tuning.space`) says what to search; every trial is one whole pipeline run in
+a subprocess (`tfpipe.tuning.study`), reporting its epochs to the study for pruning (`tfpipe.tuning.hook`).
+OVERRIDE: Hydra overrides added to the spec's `overrides` for every trial (e.g. data.path=...).
+The study's MLflow parent run holds the space (tune/space.yaml, params tune.*), the best value (metric
+best_<metric>, tags tune.best_trial, tune.complete, tune.pruned, tune.failed) and the best trial's config as
+best/overrides.txt (`python -m pipeline.run_all $(cat overrides.txt)`) and best/params.yaml (`--params`).
+Bad input: one line `tune: error: ...`, exit 2, before any trial.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from tfpipe.entry import DEBUG_ENV, EXIT_BAD_INPUT
+from tfpipe.errors import one_line
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # noqa: D401 - argparse API
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _parse(argv, prog: str):
+    parser = _Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", help="the spec conf/tune/NAME.yaml")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every trial")
+    parser.add_argument("--storage", help="Optuna storage URL (default: see tfpipe.tuning.study)")
+    parser.add_argument("--study", help="study name (default: tune-NAME)")
+    parser.add_argument("--debug", action="store_true", help="tracebacks for bad input")
+    return parser.parse_args(list(argv))
+
+
+def main(argv=None, prog: str = "python -m pipeline.tune") -> int:
+    from tfpipe.errors import USER_ERRORS
+
+    args = _parse(sys.argv[1:] if argv is None else argv, prog)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s tune %(levelname)s %(message)s", datefmt="%H:%M:%S"
+    )
+    try:
+        return tune(args, Path.cwd())
+    except USER_ERRORS as exc:
+        if args.debug or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes"):
+            raise
+        print(f"tune: error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def tune(args, root: Path) -> int:
+    """Check everything, open the study and its parent run, run the trials, record the best."""
+    import yaml
+
+    from tfpipe import config
+    from tfpipe.tracking import study as tracked
+    from tfpipe.tuning import space, study
+
+    conf_dir = root / config.CONF_DIR
+    spec = space.load_spec(args.name, conf_dir)
+    base = [*spec.overrides, *args.overrides]
+    cfg = config.compose(base, config_dir=conf_dir)
+    space.check_against_config(spec, conf_dir, base)
+    url = study.storage_url(spec, cfg, root, args.storage)
+    opened = study.open_study(spec, url, args.study or f"tune-{args.name}")
+    tags = {"tune.study": opened.study_name, "tune.storage": url, "tune.spec": args.name}
+    parent = tracked.open_parent(cfg, root, opened.study_name, opened.user_attrs.get(study.PARENT_ATTR), tags)
+    opened.set_user_attr(study.PARENT_ATTR, parent.run_id)
+    params = {"tune.metric": spec.metric, "tune.direction": spec.direction, "tune.n_trials": spec.n_trials}
+    tracked.record_space(parent, params, yaml.safe_dump({"base": base, **vars(spec)}, sort_keys=False))
+    status = "FAILED"
+    try:
+        study.run_study(opened, study.Objective(spec, base, root, url, parent, cfg), spec.n_trials)
+        status = _record_best(opened, spec, base, conf_dir, parent)
+    finally:
+        parent.close(status)
+    return 0 if status == "FINISHED" else 1
+
+
+def _record_best(opened, spec, base: list, conf_dir: Path, parent) -> str:
+    from tfpipe import config
+    from tfpipe.tracking import study as tracked
+    from tfpipe.tuning.space import as_overrides
+
+    states = [t.state.name for t in opened.get_trials(deepcopy=False)]
+    counts = {s.lower(): states.count(s) for s in ("COMPLETE", "PRUNED", "FAIL")}
+    if not counts["complete"]:
+        print(f"tune: no trial completed ({counts})", file=sys.stderr)
+        return "FAILED"
+    best = opened.best_trial
+    overrides = [*base, *as_overrides(best.params)]
+    tags = {"tune.best_trial": best.number, **{f"tune.{k}": v for k, v in counts.items()}}
+    metrics = {f"best_{spec.metric}": best.value, **{f"trials_{k}": v for k, v in counts.items()}}
+    tracked.record_best(parent, metrics, tags, overrides, config.compose_yaml(overrides, conf_dir))
+    print(f"best trial {best.number}: {spec.metric}={best.value:.6g} with: {' '.join(overrides)}")
+    return "FINISHED"

@@ -1,0 +1,221 @@
+"""`python -m pipeline.tune`: bad specs refused with one line before any trial (fast), and a real study on the
+tiny project (slow): 4 trials, one pruned, the tuner killed with SIGKILL after 2 and restarted, every trial's
+MLflow run under the study's parent, and the best config re-run to the same metric."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GOOD_SPACE = "space:\n  train.optimizer.learning_rate: {low: 1.0e-4, high: 0.1, log: true}\n"
+
+
+@pytest.fixture()
+def conf_project(tmp_path, monkeypatch):
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("space:\n  train.optimizer.lr: {low: 0.1, high: 1.0}\n", "train.optimizer.lr"),
+        ("space:\n  train.optimizer.learning_rate: {low: 0.1, high: 0.01}\n", "low 0.1 > high 0.01"),
+        (
+            "space:\n  train.optimizer.learning_rate: {low: 0.0, high: 0.1, log: true}\n",
+            "log scale needs low > 0",
+        ),
+        ("space:\n  model.ngrams: {choices: []}\n", "choices must be a non-empty list"),
+        ("n_trials: 0\n" + GOOD_SPACE, "n_trials must be an integer >= 1"),
+        ("metric: test_accuracy\n" + GOOD_SPACE, "not a validation metric"),
+        ("space:\n  train.optimizer.learning_rate: {low: -1.0, high: 0.1}\n", "learning_rate"),
+    ],
+)
+def test_bad_spec_is_one_line_exit_2_before_any_trial(conf_project, capsys, spec, expected):
+    from tfpipe import tuning
+
+    (conf_project / "conf" / "tune" / "bad.yaml").write_text(spec)
+    assert tuning.main(["bad"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tune: error: ") and err.count("\n") == 1, err
+    assert expected in err
+    assert not (conf_project / "optuna.db").exists() and not (conf_project / "mlflow.db").exists()
+
+
+def test_unknown_spec_name_and_console_script(conf_project, capsys):
+    from tfpipe import cli
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["tune", "nosuch"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tune: error: conf/tune/nosuch.yaml not found") and err.count("\n") == 1
+
+
+# ----------------------------------------------------------------------------- a real study (slow)
+
+
+def _study(project: Path, db: str = "optuna.db"):
+    import optuna
+
+    return optuna.load_study(study_name="tune-smoke", storage=f"sqlite:///{project / db}")
+
+
+def _done(project: Path) -> int:
+    if not (project / "optuna.db").exists():
+        return 0
+    try:
+        return sum(t.state.name in ("COMPLETE", "PRUNED") for t in _study(project).trials)
+    except KeyError:  # the study is not created yet
+        return 0
+
+
+def _training(project: Path, number: int) -> bool:
+    trials = _study(project).trials if _done(project) else []
+    return len(trials) > number and "mlflow_run_id" in trials[number].user_attrs
+
+
+def _kill_after(cmd, project: Path, env: dict, done: int, timeout: float = 900) -> None:
+    """Start the tuner, SIGKILL it (the tuner only: its trial dies with it) once `done` trials finished and
+    the next one is training."""
+    proc = subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while _done(project) < done or not _training(project, done):
+        assert proc.poll() is None, f"the tuner ended ({proc.returncode}) before {done} trials"
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    deadline = time.monotonic()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    while _trial_processes(project):  # the trial dies with its tuner (PR_SET_PDEATHSIG)
+        assert time.monotonic() < deadline + 20, "the trial outlived its SIGKILLed tuner"
+        time.sleep(0.5)
+
+
+def _trial_processes(project: Path) -> list:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if b"pipeline.run_all" in (proc / "cmdline").read_bytes() and (proc / "cwd").resolve() == project:
+                found.append(proc.name)
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_study_prunes_resumes_after_kill_and_best_reruns(tmp_path, image_dir, text_dir):
+    from mlflow import MlflowClient
+    from test_pipeline_e2e import TINY, _make_project, _run
+
+    project, env = _make_project(tmp_path, image_dir, text_dir)
+    cmd = [sys.executable, "-m", "pipeline.tune", "smoke", *[o for o in TINY if o != "experiment=smoke"]]
+    _kill_after(cmd, project, env, done=2)
+    _run(cmd, project, env, timeout=1800)  # the restarted tuner continues the same study
+
+    study = _study(project)
+    states = [t.state.name for t in study.trials]
+    assert states.count("COMPLETE") + states.count("PRUNED") == 4, states
+    assert states[1] == "PRUNED" and "RUNNING" not in states, states  # lr 1000 is stopped after epoch 1
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    parent = client.get_run(study.user_attrs["mlflow_parent_run_id"])
+    assert parent.info.status == "FINISHED" and parent.data.metrics["best_val_loss"] == study.best_value
+    killed = study.trials[2]  # the trial training when the tuner was killed: FAILED in the study and MLflow
+    assert (
+        killed.state.name == "FAIL"
+        and client.get_run(killed.user_attrs["mlflow_run_id"]).info.status == "FAILED"
+    )
+    for trial in study.trials:
+        if trial.state.name not in ("COMPLETE", "PRUNED"):
+            continue
+        run = client.get_run(trial.user_attrs["mlflow_run_id"])
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        pruned = trial.state.name == "PRUNED"
+        assert run.data.tags["tune.pruned"] == str(pruned).lower()
+        assert run.info.status == ("KILLED" if pruned else "FINISHED")
+        assert "test_accuracy" not in run.data.metrics if pruned else "test_accuracy" in run.data.metrics
+
+    with tempfile.TemporaryDirectory() as tmp:
+        overrides = Path(client.download_artifacts(parent.info.run_id, "best/overrides.txt", tmp)).read_text()
+    _run([sys.executable, "-m", "pipeline.run_all", *overrides.split()], project, env)
+    rerun = json.loads((project / "metrics" / "train.json").read_text())
+    assert rerun["val_loss"] == study.best_value
+
+
+@pytest.mark.slow
+def test_two_tuners_share_one_study(tmp_path, image_dir, text_dir):
+    """Two checkouts, one tracking store and one study storage: the trials are split between the tuners, the
+    study ends with exactly n_trials COMPLETE + PRUNED, all runs under the one parent."""
+    from mlflow import MlflowClient
+    from test_pipeline_e2e import TINY, _make_project
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    cmd = [sys.executable, "-m", "pipeline.tune", "smoke", *[o for o in TINY if o != "experiment=smoke"]]
+    cmd += ["--storage", f"sqlite:///{shared / 'optuna.db'}"]
+    procs = []
+    for name in ("a", "b"):
+        project, env = _make_project(tmp_path / name, image_dir, text_dir)
+        env["MLFLOW_TRACKING_URI"] = f"sqlite:///{shared / 'mlflow.db'}"
+        procs.append(
+            subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        )
+        while not _parent_id(shared):  # the second tuner joins once the study and its parent run exist
+            assert procs[0].poll() is None, procs[0].stderr.read()
+            time.sleep(1)
+    for proc in procs:
+        assert proc.wait(1800) == 0, proc.stderr.read()[-3000:]
+
+    trials = [t for t in _study(shared).trials if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(trials) == 4 and "RUNNING" not in [t.state.name for t in _study(shared).trials]
+    assert {Path(t.user_attrs["project"]).parent.name for t in trials} == {"a", "b"}
+    client = MlflowClient(f"sqlite:///{shared / 'mlflow.db'}")
+    for trial in trials:
+        run = client.get_run(trial.user_attrs["mlflow_run_id"])
+        assert run.data.tags["mlflow.parentRunId"] == _parent_id(shared)
+
+
+def _parent_id(shared: Path):
+    if not (shared / "optuna.db").exists():
+        return None
+    try:
+        return _study(shared).user_attrs.get("mlflow_parent_run_id")
+    except KeyError:
+        return None
+
+
+@pytest.mark.parametrize("epochs, pruned", [(2, True), (1, False)])
+def test_trial_hook_prunes_a_bad_epoch_but_never_the_last(tmp_path, epochs, pruned):
+    """A real SQLite study: one finished trial at val_loss 0.1; a trial reporting 5.0 after epoch 0 is
+    stopped (Interrupted, the study told through a user attr) unless epoch 0 was its last."""
+    import optuna
+
+    from tfpipe import interrupts
+    from tfpipe.tuning.hook import PRUNED_ATTR, TrialHook
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.add_trial(optuna.trial.create_trial(value=0.1, intermediate_values={0: 0.1, 1: 0.1}))
+    trial = study.ask()
+    info = {"storage": storage, "study": "s", "trial_id": trial._trial_id, "metric": "val_loss"}
+    info.update(pruner={"name": "median", "n_startup_trials": 1}, run_file=str(tmp_path / "run.json"))
+    hook = TrialHook(info, epochs)
+    hook.on_train_begin(0)
+    hook.on_epoch_end(0, {"val_loss": 5.0})
+    assert hook.stop_requested() is pruned
+    if pruned:
+        with pytest.raises(interrupts.Interrupted):
+            hook.stop("at the end of epoch 0")
+        assert study.trials[-1].user_attrs[PRUNED_ATTR] == 0
+    assert study.trials[-1].intermediate_values == {0: 5.0}
