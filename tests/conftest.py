@@ -30,6 +30,21 @@ def default_policy() -> str:
     return "mixed_bfloat16" if flags & {"amx_bf16", "avx512_bf16"} else "float32"
 
 
+@pytest.fixture(autouse=True)
+def _no_leaked_environment():
+    """Each test leaves os.environ and MLflow's global tracking URI as it found them: `mlflow.set_tracking_uri`
+    exports MLFLOW_TRACKING_URI, which would send a later test's subprocess jobs to this test's store."""
+    saved = dict(os.environ)
+    yield
+    import sys
+
+    if "mlflow" in sys.modules:
+        sys.modules["mlflow"].set_tracking_uri(None)
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture
 def restore_float32_policy():
     """Tests that set a Keras mixed-precision policy leave the global policy at float32."""

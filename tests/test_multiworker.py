@@ -38,7 +38,8 @@ def project_env() -> dict:
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "src"), env.get("PYTHONPATH", "")])
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.pop("TF_CONFIG", None)
-    env.pop("MLFLOW_RUN_ID", None)
+    for name in ("MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME"):
+        env.pop(name, None)  # the environment's store would win over the job's tracking.uri
     return env
 
 

@@ -184,9 +184,9 @@ def test_sbatch_multi_worker_job_trains_to_one_complete_run(slurm, prepared_imag
 def test_a_failing_task_fails_the_job_with_its_exit_code(slurm, prepared_image, tmp_path):
     project = tmp_path / "project"
     shutil.copytree(ROOT / "conf", project / "conf")
-    # A bad override: each task stops at config time with exit code 2; the job must end FAILED, not hang.
-    job = _submit(
-        slurm, project, [*TINY, f"data.output_dir={prepared_image.prepared_dir}", "train.epochs=-1"]
-    )
+    # Data missing on the nodes (a bad override is refused earlier, at render time): each task stops with exit
+    # code 2 before training; the job must end FAILED with that code, not hang.
+    missing = tmp_path / "not-prepared"
+    job = _submit(slurm, project, [*TINY, f"data.output_dir={missing}"])
     assert job["JobState"] == "FAILED" and job["ExitCode"] == "2:0", (job, job["log"][-2000:])
-    assert "train: error: train.epochs" in job["log"]
+    assert f"train: error: {missing}/manifest.json: manifest not found" in job["log"]

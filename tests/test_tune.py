@@ -189,9 +189,11 @@ def test_two_tuners_share_one_study(tmp_path, image_dir, text_dir):
 def _parent_id(shared: Path):
     if not (shared / "optuna.db").exists():
         return None
+    from sqlalchemy.exc import SQLAlchemyError
+
     try:
         return _study(shared).user_attrs.get("mlflow_parent_run_id")
-    except KeyError:
+    except (KeyError, SQLAlchemyError):  # no study yet, or its tables being created by the tuner right now
         return None
 
 
@@ -219,3 +221,28 @@ def test_trial_hook_prunes_a_bad_epoch_but_never_the_last(tmp_path, epochs, prun
             hook.stop("at the end of epoch 0")
         assert study.trials[-1].user_attrs[PRUNED_ATTR] == 0
     assert study.trials[-1].intermediate_values == {0: 5.0}
+
+
+def _open_storage(url: str, start: float) -> None:
+    from tfpipe.tuning import study
+
+    time.sleep(max(0.0, start - time.time()))  # all processes open the fresh file at the same moment
+    study._storage(url)
+
+
+@pytest.mark.slow
+def test_tuners_opening_a_fresh_sqlite_storage_at_once_all_succeed(tmp_path):
+    """Optuna creates its schema on first open; without the lock one of two simultaneous tuners dies on
+    `UNIQUE constraint failed: alembic_version.version_num`."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    for attempt in range(2):
+        url = f"sqlite:///{tmp_path / f'optuna{attempt}.db'}"
+        start = time.time() + 8  # after every spawned interpreter has imported optuna
+        procs = [ctx.Process(target=_open_storage, args=(url, start)) for _ in range(4)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(120)
+        assert [proc.exitcode for proc in procs] == [0, 0, 0, 0], attempt

@@ -41,12 +41,23 @@ def storage_url(spec: TuneSpec, cfg, root: Path, cli_storage: str | None = None)
 
 
 def _storage(url: str):
+    import fcntl
+
     import optuna
 
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    return optuna.storages.RDBStorage(
-        url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS
-    )
+    path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
+    if not path or path.startswith(":memory:"):
+        return optuna.storages.RDBStorage(
+            url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS
+        )
+    # Two tuners opening a fresh SQLite file at once both run Optuna's schema creation, and one dies on the
+    # alembic_version row (Optuna has no lock of its own): serialise the opening with a lock file beside it.
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return optuna.storages.RDBStorage(
+            url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS
+        )
 
 
 def _pruner(pruner: dict):
