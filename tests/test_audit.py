@@ -198,6 +198,7 @@ def test_rerun_of_a_dvc_run_is_reproduced_and_recorded(tmp_path, image_dir, text
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "REPRODUCED", proc.stdout
+    assert "prepared data: restored from the DVC cache" in proc.stdout.splitlines()  # the project's own cache
     assert (
         f"precision.policy=auto ran as {resolved}: the re-run uses {resolved}" in proc.stderr
     )  # progress log

@@ -1,6 +1,8 @@
-"""A teammate audits a teammate's run: clone A runs `dvc repro` against a shared tracking store, clone B (another
-folder, its own DVC cache, its own copy of the raw data) re-runs that run with `audit --rerun`. The verdict is
-REPRODUCED and nothing in A changes: every path the record holds is re-rooted into B's worktree."""
+"""A teammate audits a teammate's run: clone A runs `dvc repro` against a shared tracking store and pushes to
+the team's DVC remote, clone B (another folder, its own empty DVC cache) re-runs that run with `audit --rerun`:
+first with its own copy of the raw data and no reachable remote (prepared again, and the report says so), then
+without raw data but with the remote (the prepared data pulled by hash). Both verdicts are REPRODUCED and nothing
+in A changes: every path the record holds is re-rooted into B's worktree."""
 
 from __future__ import annotations
 
@@ -45,25 +47,28 @@ def test_an_audit_from_another_clone_reproduces_and_leaves_the_first_clone_untou
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     _run([*git, "add", "-A"], alice, env)
     _run([*git, "commit", "-qm", "results"], alice, env)
+    remote = (
+        tmp_path / "team-dvc-remote"
+    )  # the team's DVC remote, set per clone as the .dvc/config comment says
+    dvc = [sys.executable, "-m", "dvc"]
+    _run([*dvc, "remote", "modify", "--local", "team", "url", str(remote)], alice, env)
+    _run([*dvc, "push", "prepare"], alice, env)
 
     bob = tmp_path / "bob" / "project"
     _run(["git", "clone", "-q", str(alice), str(bob)], tmp_path, env)
-    shutil.copytree(
-        alice / "data" / "raw", bob / "data" / "raw", dirs_exist_ok=True
-    )  # the team's shared source
+    raw = bob / "data" / "raw"
+    shutil.copytree(alice / "data" / "raw", raw, dirs_exist_ok=True)  # the team's shared source
     before = _tree_digest(alice)
-
     bob_env = {**env, "PYTHONPATH": os.pathsep.join([str(bob), str(bob / "src")])}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.audit", run_id, "--rerun"],
-        cwd=bob,
-        env=bob_env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    assert proc.stdout.strip().splitlines()[-1] == "REPRODUCED", proc.stdout
+
+    out = _audit(bob, run_id, bob_env)  # the committed remote URL leads nowhere from B: prepared again
+    assert "prepared data: prepared again from the auditor's raw data" in out.splitlines(), out
+    shutil.rmtree(raw)
+    shutil.rmtree(bob / ".dvc" / "cache")  # where the first audit's re-prepared data went
+    _run([*dvc, "remote", "modify", "--local", "team", "url", str(remote)], bob, env)
+    out = _audit(bob, run_id, bob_env)  # no raw data: only the remote's copy can feed the re-run
+    assert "prepared data: pulled from the DVC remote" in out.splitlines(), out
+    assert not (bob / "data" / "prepared").exists()  # restored into the worktree, not into B's own tree
     after = _tree_digest(alice)
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     assert not changed, changed  # nothing of A was read-write: not its data, models, run file or git
@@ -74,3 +79,17 @@ def test_an_audit_from_another_clone_reproduces_and_leaves_the_first_clone_untou
         p.parent.name for p in artifacts.rglob("artifacts") if re.fullmatch(r"[0-9a-f]{32}", p.parent.name)
     }
     assert runs == {run_id}, runs  # the re-run's own run went to its temporary store, not the team's
+
+
+def _audit(project: Path, run_id: str, env: dict) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.audit", run_id, "--rerun"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert proc.stdout.strip().splitlines()[-1] == "REPRODUCED", proc.stdout
+    return proc.stdout

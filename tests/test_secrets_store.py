@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -136,3 +137,12 @@ def test_no_planted_secret_reaches_the_store(tmp_path, image_dir, text_dir):
     # logged by train, before DVC wrote train/evaluate entries: its digests are the final lock's, intact
     assert _digests(logged_lock) and set(_digests(logged_lock)) <= set(_digests(lock))
     assert "notes.txt" in next((project / "mlartifacts").rglob("provenance/git_diff.patch")).read_text()
+
+    # The audit compares the tree as the record was made: credential files out, secrets scrubbed, so the
+    # unchanged dirty tree matches its own (redacted) record.
+    run_id = (project / "run.json").read_text().split('"run_id": "')[1].split('"')[0]
+    check = subprocess.run(
+        [sys.executable, "-m", "pipeline.audit", run_id], cwd=project, env=env, capture_output=True, text=True
+    )
+    (code,) = [line.split() for line in check.stdout.splitlines() if line.startswith("code ")]
+    assert code[1] == "match", check.stdout + check.stderr[-2000:]

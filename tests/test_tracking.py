@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -451,6 +455,10 @@ def saved_models(tmp_path_factory):
         input_signature=[tf.TensorSpec([None], tf.string, name="text")],
     )
     archive.write_out(str(root / "text"), verbose=False)
+    from tfpipe import files
+
+    for name in ("image", "text"):
+        files.seal(root / name)  # as the export does: only sealed SavedModels are logged
     return {"image": root / "image", "text": root / "text"}
 
 
@@ -647,3 +655,115 @@ def test_redaction_survives_a_thread_changing_the_environment():
         stop.set()
         worker.join()
         os.environ.pop("TFPIPE_TEST_API_TOKEN", None)
+
+
+# ----------------------------------------------------------------------------- the seal at serving
+# A logged model whose SavedModel is not whole (a file changed or missing in the artifact store, as a half-done
+# upload leaves it) is refused by `mlflow.pyfunc.load_model` and by a real `mlflow models serve` process;
+# log_model refuses an unsealed or changed export. Expected file names come from the test's own tampering.
+
+SEAL_CLASSES = ["blue", "green", "red"]
+
+
+def _logged(cfg, project, saved_model_dir) -> tuple[str, Path]:
+    """Log the model; return its URI and its SavedModel folder inside the local artifact store."""
+    from tfpipe import tracking
+
+    with tracking.start_run(cfg, project, stage="train") as run:
+        uri = run.log_model(saved_model_dir, modality="image", class_names=SEAL_CLASSES)
+    (seal,) = [p for p in project.rglob("tfpipe_digest.json") if saved_model_dir not in p.parents]
+    return uri, seal.parent
+
+
+def _variables_file(folder: Path) -> Path:
+    return sorted((folder / "variables").glob("variables.data-*"))[0]
+
+
+def test_log_model_refuses_an_unsealed_or_changed_export(cfg, project, saved_models, tmp_path):
+    copy = tmp_path / "image"
+    shutil.copytree(saved_models["image"], copy)
+    (copy / "tfpipe_digest.json").unlink()
+    with pytest.raises(TrackingError, match=r"not logged: no valid tfpipe_digest.json"):
+        _logged(cfg, project, copy)
+    shutil.copytree(saved_models["image"], copy, dirs_exist_ok=True)
+    _variables_file(copy).write_bytes(b"\0" * 16)
+    with pytest.raises(TrackingError, match=r"1 file\(s\) missing or changed .*variables/variables.data-"):
+        _logged(cfg, project, copy)
+
+
+def test_a_changed_or_missing_file_in_the_logged_model_is_refused_at_load(cfg, project, saved_models):
+    import mlflow
+
+    uri, stored = _logged(cfg, project, saved_models["image"])
+    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
+    images = np.zeros((1, 8, 8, 3), np.uint8)
+    assert mlflow.pyfunc.load_model(uri).predict(images).shape == (1, 3)  # whole: it serves
+    variables = _variables_file(stored)
+    good = variables.read_bytes()
+    variables.write_bytes(good[: len(good) // 2])  # truncated in the store
+    with pytest.raises(
+        ValueError, match=r"1 file\(s\) missing or changed since export \(variables/variables.data-"
+    ):
+        mlflow.pyfunc.load_model(uri)
+    variables.unlink()  # never uploaded
+    with pytest.raises(ValueError, match=r"missing or changed since export \(variables/variables.data-"):
+        mlflow.pyfunc.load_model(uri)
+    variables.write_bytes(good)
+    (stored / "tfpipe_digest.json").unlink()  # the upload stopped before the seal
+    with pytest.raises(
+        ValueError, match=r"no valid tfpipe_digest.json: the SavedModel was not saved or logged"
+    ):
+        mlflow.pyfunc.load_model(uri)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _serve(uri: str, project: Path, port: int) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{project / 'mlflow.db'}"
+    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local"]
+    cmd += ["--host", "127.0.0.1", "--port", str(port)]
+    return subprocess.Popen(
+        cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_answers_for_a_whole_model_and_refuses_a_changed_one(cfg, project, saved_models):
+    uri, stored = _logged(cfg, project, saved_models["image"])
+    port = _free_port()
+    proc = _serve(uri, project, port)
+    try:
+        body = json.dumps({"inputs": np.zeros((2, 8, 8, 3), np.uint8).tolist()}).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations", data=body, headers={"Content-Type": "application/json"}
+        )
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    predictions = np.asarray(json.loads(response.read())["predictions"])
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the server never answered"
+                time.sleep(1)
+        assert predictions.shape == (2, 3)
+        np.testing.assert_allclose(predictions.sum(axis=1), 1.0, atol=1e-5)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+    variables = _variables_file(stored)
+    variables.write_bytes(variables.read_bytes()[:-1])
+    proc = _serve(uri, project, _free_port())
+    try:
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0, out[-3000:]
+    assert "missing or changed since export (variables/variables.data-" in out, out[-3000:]

@@ -75,9 +75,11 @@ def _study(project: Path, db: str = "optuna.db"):
 def _done(project: Path) -> int:
     if not (project / "optuna.db").exists():
         return 0
+    from sqlalchemy.exc import SQLAlchemyError
+
     try:
         return sum(t.state.name in ("COMPLETE", "PRUNED") for t in _study(project).trials)
-    except KeyError:  # the study is not created yet
+    except (KeyError, SQLAlchemyError):  # the study is not created yet, or its tables are being created
         return 0
 
 

@@ -64,8 +64,12 @@ def _check_code(run: dict, root: Path) -> Item:
         return Item("code", NA, "", "", "run recorded no git commit")
     if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
         return Item("code", DIFFERS, commit[:12], "", f"commit {commit[:12]} is not reachable in {root}")
+    from tfpipe.provenance import recorded_diff
+    from tfpipe.tracking.secrets import scrub
+
     head = _git(root, "rev-parse", "HEAD").stdout.strip()
-    diff = _code_diff(_git(root, "diff", "--no-color", "--no-ext-diff", commit).stdout)
+    # The present tree as the run's diff was recorded: credential files left out, secrets scrubbed.
+    diff = _code_diff(scrub(recorded_diff(root, commit)[0] or ""))
     recorded_diff = _code_diff(run.get("git_diff") or "")
     dirty = run["tags"].get("git.dirty") in ("true", "True")
     if diff == recorded_diff or (not dirty and not diff.strip()):

@@ -26,6 +26,7 @@ from tfpipe.audit.common import (
     tracking_uri_for,
 )
 from tfpipe.audit.compare import _comparable_metrics
+from tfpipe.audit.prepared import PREPARED_AGAIN, dvc_config_local, lock_recorded_prepare, restore_prepared
 
 
 @dataclasses.dataclass
@@ -109,19 +110,20 @@ def _make_worktree(root: Path, run: dict, tmp: Path, log) -> Path:
         cfg["precision"]["policy"] = resolved
         log(f"precision.policy=auto ran as {resolved}: the re-run uses {resolved}")
     trust.write_inside(wt, "params.yaml", yaml.safe_dump(cfg, sort_keys=False))
+    lock_recorded_prepare(wt, run.get("dvc_lock"))
     raw = root / "data" / "raw"
     if raw.is_dir():  # git-ignored raw data (a DVC stage dependency): hard-linked in
         for child in raw.iterdir():
             target = wt / "data" / "raw" / child.name
             if child.is_dir() and not target.exists():
                 _copy_tree_linked(child, target)
-    if (root / ".dvc").is_dir():  # share the DVC cache: prepared data is restored from it
+    if (root / ".dvc").is_dir():
         (wt / ".dvc").mkdir(exist_ok=True)
-        (wt / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {root / '.dvc' / 'cache'}\n")
+        (wt / ".dvc" / "config.local").write_text(dvc_config_local(root))
     return wt
 
 
-def _run_stages(wt: Path, store: str, log, pass_env: tuple = ()) -> None:
+def _run_stages(wt: Path, store: str, log, pass_env: tuple = ()) -> str:
     """dvc repro of the three stages in the worktree, tracking into `store`, credentials stripped."""
     from tfpipe.provenance import environ_snapshot
 
@@ -132,17 +134,18 @@ def _run_stages(wt: Path, store: str, log, pass_env: tuple = ()) -> None:
         DVC_NO_ANALYTICS="1",
         TF_CPP_MIN_LOG_LEVEL="2",
     )
+    source = restore_prepared(wt, env, log)
     dvc = [sys.executable, "-m", "dvc", "repro"]
-    for step, cmd in (
-        ("prepare (restored from the DVC cache when present)", [*dvc, "prepare"]),
-        ("train", [*dvc, "-f", "-s", "train"]),
-        ("evaluate", [*dvc, "-f", "-s", "evaluate"]),
-    ):
+    steps = [("train", [*dvc, "-f", "-s", "train"]), ("evaluate", [*dvc, "-f", "-s", "evaluate"])]
+    if source == PREPARED_AGAIN:
+        steps.insert(0, ("prepare from the auditor's raw data", [*dvc, "prepare"]))
+    for step, cmd in steps:
         log(f"rerun: {step} ...")
         proc = subprocess.run(cmd, cwd=wt, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
             raise UserError(f"rerun: `{' '.join(cmd[1:])}` failed in the worktree: {' | '.join(tail)[:800]}")
+    return source
 
 
 def _report(run_id: str, run: dict, new: dict, verdict: str, diffs: list, n: int, tolerance: float) -> dict:
@@ -150,6 +153,7 @@ def _report(run_id: str, run: dict, new: dict, verdict: str, diffs: list, n: int
     return {
         "run_id": run_id,
         "verdict": verdict,
+        "prepared_data": new.get("prepared_data"),
         "time": now,
         "commit": run["tags"]["git.commit"],
         "tolerance": tolerance,
@@ -187,12 +191,12 @@ def rerun(
     try:
         wt = _make_worktree(root, run, tmp, log)
         store = f"sqlite:///{tmp / 'mlflow.db'}"
-        _run_stages(wt, store, log, tuple(pass_env))
+        prepared = _run_stages(wt, store, log, tuple(pass_env))
         cfg = run["config"]
         new_id = json.loads((wt / (cfg.get("tracking") or {}).get("run_file", "run.json")).read_text())[
             "run_id"
         ]
-        new = reading.load_run(store, new_id)
+        new = {**reading.load_run(store, new_id), "prepared_data": prepared}
     finally:
         _git(root, "worktree", "remove", "--force", str(wt))
         if not keep:
@@ -225,5 +229,6 @@ def format_rerun(result: RerunResult) -> str:
     ]
     for key, a, b, d in result.differences:
         lines.append(f"  {key}: recorded {a!r}, rerun {b!r} (|diff| {d:.3g})")
+    lines.append(f"prepared data: {result.report.get('prepared_data')}")
     lines.append(result.verdict)
     return "\n".join(lines) + "\n"

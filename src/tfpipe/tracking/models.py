@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tfpipe import files
 from tfpipe.errors import TrackingError
 
 SERVING_MODEL_FILE = Path(__file__).with_name("serving_model.py")
@@ -90,6 +91,9 @@ def log_pyfunc_model(
     saved_model_dir = Path(saved_model_dir)
     if not (saved_model_dir / "saved_model.pb").is_file():
         raise TrackingError(f"{saved_model_dir}: no saved_model.pb; export the SavedModel before logging it")
+    why = files.check_seal(saved_model_dir)
+    if why:
+        raise TrackingError(f"{saved_model_dir}: not logged: {why}; export it again (the train stage)")
     active = mlflow.active_run()
     if active is None or active.info.run_id != run.run_id:
         raise TrackingError(f"log_model: run {run.run_id} is not the active MLflow run (was it closed?)")

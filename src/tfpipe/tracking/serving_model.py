@@ -14,7 +14,9 @@ and returns a float32 numpy array [N, num_classes] of class probabilities, colum
 order of `class_names.json` (also in the model's metadata).
 """
 
+import hashlib
 import json
+from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -22,6 +24,26 @@ import pandas as pd
 from mlflow.pyfunc import PythonModel
 
 PREDICT_BATCH = 256  # bounds memory for large requests
+SEAL = "tfpipe_digest.json"  # tfpipe.files.SEAL: the export's digest of every file, written last
+
+
+def check_seal(folder) -> None:
+    """Refuse a SavedModel that is not whole (a half-done export or upload, a changed file): its files must be
+    exactly those its seal lists, with those digests. Mirrors tfpipe.files.check_seal, which this standalone
+    file cannot import."""
+    root = Path(folder)
+    try:
+        recorded = json.loads((root / SEAL).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"{root}: no valid {SEAL}: the SavedModel was not saved or logged whole") from None
+    actual = {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != SEAL
+    }
+    changed = sorted(set(recorded) ^ set(actual) | {k for k in recorded if actual.get(k) != recorded[k]})
+    if changed:
+        raise ValueError(f"{root}: {len(changed)} file(s) missing or changed since export ({changed[0]})")
 
 
 class SavedModelClassifier(PythonModel):
@@ -29,6 +51,7 @@ class SavedModelClassifier(PythonModel):
         import tensorflow as tf
 
         self._tf = tf
+        check_seal(context.artifacts["saved_model"])
         self._model = tf.saved_model.load(context.artifacts["saved_model"])
         self._fn = self._model.signatures["serving_default"]
         _, kwargs = self._fn.structured_input_signature

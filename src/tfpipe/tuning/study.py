@@ -40,24 +40,35 @@ def storage_url(spec: TuneSpec, cfg, root: Path, cli_storage: str | None = None)
     return url or f"sqlite:///{store_dir(cfg, root) / 'optuna.db'}"
 
 
-def _storage(url: str):
-    import fcntl
-
+def _rdb(url: str):
     import optuna
 
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    return optuna.storages.RDBStorage(
+        url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS
+    )
+
+
+def _storage(url: str):
+    import fcntl
+
+    from sqlalchemy.exc import IntegrityError
+
     path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
     if not path or path.startswith(":memory:"):
-        return optuna.storages.RDBStorage(
-            url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS
-        )
-    # Two tuners opening a fresh SQLite file at once both run Optuna's schema creation, and one dies on the
-    # alembic_version row (Optuna has no lock of its own): serialise the opening with a lock file beside it.
+        return _rdb(url)
+    # Two processes opening a fresh SQLite file at once both run Optuna's schema creation, and one dies on the
+    # alembic_version row (Optuna has no lock of its own): tuners take a lock file beside it, and a clash with
+    # another program (a dashboard, a script) is retried: by then the schema is there.
     with open(f"{path}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return optuna.storages.RDBStorage(
-            url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS
-        )
+        for attempt in range(3):
+            try:
+                return _rdb(url)
+            except IntegrityError:
+                if attempt == 2:
+                    raise
+                time.sleep(1)
 
 
 def _pruner(pruner: dict):
