@@ -50,6 +50,7 @@ def test_overrides_reach_the_train_command_unchanged_through_the_rendered_script
         "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin",
         "SLURM_SUBMIT_DIR": str(tmp_path),
         "SLURM_NTASKS": "2",
+        "SLURM_JOB_ID": "7",
     }
     proc = subprocess.run(
         ["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
@@ -59,6 +60,33 @@ def test_overrides_reach_the_train_command_unchanged_through_the_rendered_script
     assert argv[:4] == ["-m", "pipeline.train", "strategy=multi_worker_mirrored", "strategy.num_workers=2"]
     assert argv[4:] == OVERRIDES
     assert not (tmp_path / "pwned").exists()
+
+
+def test_the_job_exits_with_the_first_failing_tasks_code_not_srun_s_highest(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # srun with --kill-on-bad-exit: task 1 fails with 2 (bad data), then task 0 is stopped by SIGTERM (143);
+    # srun itself returns the highest code, 143.
+    _stub(
+        bin_dir,
+        "srun",
+        "import subprocess\nargs = [a for a in sys.argv[1:] if not a.startswith('--')]\ncodes = "
+        "[subprocess.run(args, env={**os.environ, 'SLURM_PROCID': t}).returncode for t in ('1', '0')]\n"
+        "sys.exit(max(codes))",
+    )
+    _stub(
+        bin_dir,
+        "python",
+        "if sys.argv[1:3] == ['-m', 'tfpipe.cluster']:\n    print('{}')\nelse:\n"
+        "    sys.exit(2 if os.environ['SLURM_PROCID'] == '1' else 143)",
+    )
+    script = tmp_path / "train.sbatch"
+    script.write_text(cluster.render_slurm(nodes=2))
+    env = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin", "SLURM_SUBMIT_DIR": str(tmp_path),
+           "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7"}  # fmt: skip
+    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert not list(tmp_path.glob(".tfpipe-train-*")), "the exit-code file is removed"
 
 
 @pytest.mark.parametrize(
