@@ -237,16 +237,7 @@ def test_two_ray_workers_train_to_one_finished_run(prepared_image, tmp_path, ray
     assert "tfpipe.resumes" not in tags
     assert _latest_step(project) > 0  # checkpoints in the work directory, as with the local launcher
     assert (project / "models" / "cifar10" / "saved_model" / "saved_model.pb").is_file()
-
-    local = make_project(tmp_path / "local")  # the same tiny job through the local launcher, for the timing
-    started = time.monotonic()
-    proc = _train(
-        local, "strategy=multi_worker_mirrored", *args[:-1], f"tracking.uri=sqlite:///{local / 'm.db'}"
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    print(
-        f"\nwall time, 2 workers, 2 epochs: ray {ray_seconds:.1f}s, local launcher {time.monotonic() - started:.1f}s"
-    )
+    print(f"\nwall time, 2 workers, 2 epochs through ray: {ray_seconds:.1f}s")
 
 
 def _kill_worker_after(proc, project: Path, pid_file: Path, step: int, timeout: float = 300) -> int:
