@@ -60,6 +60,9 @@ def restore_prepared(wt: Path, env: dict, log) -> str:
     """The prepared data by the hashes the run's dvc.lock records: from the DVC cache, else from the DVC remote
     (`dvc pull`), else (neither has it) prepared again from the auditor's raw data; returns which."""
     dvc = [sys.executable, "-m", "dvc"]
+    if not _recorded_outs(wt / "dvc.lock"):
+        log("rerun: no prepared-data hashes recorded: preparing it again from raw data")
+        return PREPARED_AGAIN
     for source, cmd in (
         (FROM_CACHE, [*dvc, "checkout", "prepare"]),
         (FROM_REMOTE, [*dvc, "pull", "prepare"]),
@@ -73,6 +76,16 @@ def restore_prepared(wt: Path, env: dict, log) -> str:
             return source
     log("rerun: prepared data in neither the DVC cache nor a DVC remote: preparing it again from raw data")
     return PREPARED_AGAIN
+
+
+def _recorded_outs(lock_file: Path) -> list:
+    """The prepare outputs the worktree's dvc.lock names by hash (none: there is nothing to restore)."""
+    import yaml
+
+    try:
+        return list(yaml.safe_load(lock_file.read_text(encoding="utf-8"))["stages"]["prepare"]["outs"])
+    except (OSError, yaml.YAMLError, TypeError, KeyError):
+        return []
 
 
 def _outs_changed(status_json: str) -> bool:
