@@ -156,6 +156,8 @@ class Launcher:
                     code = p.poll()
                     if code is None:
                         continue
+                    if code in STOP_CODES and self.strategy == "multi_worker_mirrored":
+                        return self._stopped(role, p)
                     if code != 0:
                         self._say(
                             f"{role[0]}:{role[1]} (pid {p.pid}) exited with {code}; stopping the others"
@@ -166,6 +168,22 @@ class Launcher:
                 time.sleep(POLL_SECONDS)
         finally:
             self.stop()
+
+    def _stopped(self, role, proc) -> int:
+        """A task stopped by SIGTERM/SIGINT (128+N): under multi_worker_mirrored every worker checkpoints the same
+        step and exits so (tfpipe.training.preemption); wait up to the grace period for them before stopping
+        them, and report each one's code."""
+        code = proc.returncode
+        self._say(
+            f"{role[0]}:{role[1]} (pid {proc.pid}) stopped with {code}; "
+            f"waiting up to {self.grace:g} s for the others to checkpoint and exit"
+        )
+        deadline = time.monotonic() + self.grace
+        while any(p.poll() is None for p in self.procs.values()) and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+        codes = ", ".join(f"{t}:{i}={p.poll()}" for (t, i), p in self.procs.items())
+        self._say(f"job stopped ({codes}); run the same command again to resume from the checkpoint")
+        return code
 
     def run(self) -> int:
         previous = {}
@@ -199,6 +217,7 @@ def _signal_group(proc: subprocess.Popen, sig) -> None:
         pass
 
 
+STOP_CODES = (130, 143)  # 128 + SIGINT / SIGTERM: the task checkpointed and stopped (tfpipe.interrupts)
 NO_RESTART_CODES = (
     2,
     130,
