@@ -1,6 +1,7 @@
 """Coordinated preemption under multi_worker_mirrored (2 workers through the local launcher): SIGTERM to worker 1
 alone mid-training makes both workers checkpoint the same step and exit 143; the same command again resumes
-there, to the weights of an uninterrupted run, with every step's metrics logged once in the one MLflow run."""
+there, to the weights of an uninterrupted run, with every step's metrics logged once in the one MLflow run.
+Also: our SIGTERM handler taken back from a native one, and the stop a peer's preemption raises."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 import tensorflow as tf
 from test_multiworker import TINY, _runs, make_project, project_env
 
-pytestmark = pytest.mark.slow
+from tfpipe import interrupts
+
 EPOCHS = 8
 STEPS_PER_EPOCH = 8  # 21 train examples in files of 8/8/5, 2 workers x 1 per replica: 8 batches each
 TOTAL_STEPS = EPOCHS * STEPS_PER_EPOCH
@@ -107,6 +109,30 @@ def _sigterm_worker_1(project: Path, prepared_dir: Path) -> tuple[int, str]:
     return code, log.read_text()
 
 
+def test_reclaim_takes_the_stop_signals_back_from_another_handler():
+    with interrupts.graceful_stop():
+        signal.signal(
+            signal.SIGTERM, signal.SIG_IGN
+        )  # as TF's coordination service's native handler swallows it
+        interrupts.reclaim()
+        with interrupts.deferred():
+            signal.raise_signal(signal.SIGTERM)
+            assert interrupts.requested() == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+
+
+@pytest.mark.parametrize("pending, expected", [(None, signal.SIGTERM), (signal.SIGINT, signal.SIGINT)])
+def test_an_agreed_stop_raises_this_workers_signal_or_sigterm(pending, expected):
+    with interrupts.graceful_stop(), interrupts.deferred():
+        if pending is not None:
+            signal.raise_signal(pending)
+        with pytest.raises(interrupts.Interrupted) as stopped:
+            interrupts.raise_stop("at step 6")
+        assert interrupts.requested() is None
+    assert stopped.value.signum == expected and str(stopped.value).endswith("at step 6")
+
+
+@pytest.mark.slow
 def test_sigterm_to_one_worker_stops_all_at_one_step_and_the_job_resumes_there(
     prepared_image, tmp_path, reference_weights
 ):
