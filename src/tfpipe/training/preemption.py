@@ -73,6 +73,11 @@ class PreemptionHook(StopHook):
 
     def on_train_end(self) -> None:
         super().on_train_end()
+        if self._handler is not None:
+            # The handler stops its watcher threads only in __del__, which those threads' own references to it
+            # keep from running (they would stay blocked on the coordination service until the process exits).
+            self._handler.__del__()
+            self._handler = None
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
