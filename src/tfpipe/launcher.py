@@ -7,7 +7,9 @@ workers and `strategy.num_ps` parameter servers. Each line a process prints is p
 (`[worker:1] ...`). If any process fails, the launcher stops the others (SIGTERM, then SIGKILL after a
 grace period, `strategy.stop_grace_seconds`) and exits with that process's code, or, while
 `strategy.max_restarts` allows, starts the whole job again (the chief resumes from its last checkpoint and
-continues the same MLflow run); when the chief finishes, ps/worker servers are stopped.
+continues the same MLflow run); when the chief finishes, ps/worker servers are stopped. A multi_worker_mirrored
+task that exits 143/130 (SIGTERM/SIGINT) stopped with the others at an agreed step (tfpipe.training.preemption):
+the launcher waits up to the grace period for their own exit and prints every task's code.
 The train stage (`train_stage`) delegates here by itself when the strategy needs it and TF_CONFIG is unset,
 so `dvc repro` with strategy=multi_worker_mirrored works unchanged; under parameter_server its worker and ps
 tasks serve the cluster until the launcher stops them.
