@@ -211,6 +211,12 @@ def is_coordinated(strategy: tf.distribute.Strategy) -> bool:
     return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
 
+def coordinates_preemption(strategy: tf.distribute.Strategy) -> bool:
+    """Whether a stop signal must be agreed by the workers (tfpipe.training.preemption): multi_worker_mirrored
+    with more than one worker, where a worker stopping alone leaves the others blocked in a collective."""
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and worker_count(strategy) > 1
+
+
 def worker_count(strategy: tf.distribute.Strategy) -> int:
     """Number of worker tasks (chief + workers) of a multi-worker strategy; 1 for local ones."""
     resolver = getattr(strategy, "cluster_resolver", None) or getattr(strategy, "_cluster_resolver", None)

@@ -100,6 +100,7 @@ class StopHook(Hook):
         self._stack: Optional[contextlib.ExitStack] = None
 
     def on_train_begin(self, step: int) -> None:
+        interrupts.reclaim()  # the strategy may have replaced our SIGTERM handler
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(interrupts.deferred())
 

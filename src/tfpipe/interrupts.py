@@ -60,6 +60,15 @@ def graceful_stop() -> Iterator[None]:
         _state.installed, _state.pending, _state.defer_depth = False, None, 0
 
 
+def reclaim() -> None:
+    """Point SIGTERM/SIGINT at our handler again inside `graceful_stop`: TensorFlow's coordination service
+    (multi-worker strategies) installs a native SIGTERM handler of its own that only records the signal, so
+    without this a SIGTERM to a multi_worker_mirrored worker is silently ignored. Main thread only."""
+    if _state.installed and threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _handler)
+
+
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
     """Within this block a stop signal is only recorded (see `requested`)."""
@@ -79,3 +88,10 @@ def raise_if_requested(where: str = "") -> None:
     if _state.pending is not None:
         signum, _state.pending = _state.pending, None
         raise Interrupted(signum, where)
+
+
+def raise_stop(where: str = "") -> None:
+    """Raise `Interrupted` for a stop the cluster agreed on: this worker's own pending signal, else SIGTERM
+    (a peer's preemption stops this worker as a cluster manager's SIGTERM would)."""
+    signum, _state.pending = _state.pending or signal.SIGTERM, None
+    raise Interrupted(signum, where)

@@ -7,7 +7,9 @@ workers and `strategy.num_ps` parameter servers. Each line a process prints is p
 (`[worker:1] ...`). If any process fails, the launcher stops the others (SIGTERM, then SIGKILL after a
 grace period, `strategy.stop_grace_seconds`) and exits with that process's code, or, while
 `strategy.max_restarts` allows, starts the whole job again (the chief resumes from its last checkpoint and
-continues the same MLflow run); when the chief finishes, ps/worker servers are stopped.
+continues the same MLflow run); when the chief finishes, ps/worker servers are stopped. A multi_worker_mirrored
+task that exits 143/130 (SIGTERM/SIGINT) stopped with the others at an agreed step (tfpipe.training.preemption):
+the launcher waits up to the grace period for their own exit and prints every task's code.
 The train stage (`train_stage`) delegates here by itself when the strategy needs it and TF_CONFIG is unset,
 so `dvc repro` with strategy=multi_worker_mirrored works unchanged; under parameter_server its worker and ps
 tasks serve the cluster until the launcher stops them.
@@ -156,6 +158,8 @@ class Launcher:
                     code = p.poll()
                     if code is None:
                         continue
+                    if code in STOP_CODES and self.strategy == "multi_worker_mirrored":
+                        return self._stopped(role, p)
                     if code != 0:
                         self._say(
                             f"{role[0]}:{role[1]} (pid {p.pid}) exited with {code}; stopping the others"
@@ -166,6 +170,22 @@ class Launcher:
                 time.sleep(POLL_SECONDS)
         finally:
             self.stop()
+
+    def _stopped(self, role, proc) -> int:
+        """A task stopped by SIGTERM/SIGINT (128+N): under multi_worker_mirrored every worker checkpoints the same
+        step and exits so (tfpipe.training.preemption); wait up to the grace period for them before stopping
+        them, and report each one's code."""
+        code = proc.returncode
+        self._say(
+            f"{role[0]}:{role[1]} (pid {proc.pid}) stopped with {code}; "
+            f"waiting up to {self.grace:g} s for the others to checkpoint and exit"
+        )
+        deadline = time.monotonic() + self.grace
+        while any(p.poll() is None for p in self.procs.values()) and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+        codes = ", ".join(f"{t}:{i}={p.poll()}" for (t, i), p in self.procs.items())
+        self._say(f"job stopped ({codes}); run the same command again to resume from the checkpoint")
+        return code
 
     def run(self) -> int:
         previous = {}
@@ -199,6 +219,7 @@ def _signal_group(proc: subprocess.Popen, sig) -> None:
         pass
 
 
+STOP_CODES = (130, 143)  # 128 + SIGINT / SIGTERM: the task checkpointed and stopped (tfpipe.interrupts)
 NO_RESTART_CODES = (
     2,
     130,

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from tfpipe import determinism, distribute, monitoring, precision
-from tfpipe.hooks import CheckpointHook, Hook, MetricsSink, SinkHook, StopHook
+from tfpipe.hooks import CheckpointHook, Hook, MetricsSink, SinkHook
 from tfpipe.training.loop import Loop, Schedule
 from tfpipe.training.optim import lr_scale
+from tfpipe.training.preemption import stop_hook
 from tfpipe.training.runners import build_runner
 from tfpipe.training.steps import Steps
 from tfpipe.training.task import Task, batches_per_pipeline
@@ -90,7 +91,7 @@ def _train(cfg, task: Task, strategy, policy: str, workdir: WorkDir, sink, extra
     resumed_at_step = step
     runner.start(steps, start_epoch, start_epoch_step)
     hooks = [SinkHook(sink)] if (sink is not None and chief) else []
-    hooks += [CheckpointHook(workdir, steps), StopHook()]
+    hooks += [CheckpointHook(workdir, steps), stop_hook(strategy)]
     hooks += extra_hooks + monitoring.hooks_from_config(
         tc, workdir.path, chief=chief, model=steps.model, optimizer=steps.optimizer
     )
