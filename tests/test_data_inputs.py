@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import tensorflow as tf
 
 from tfpipe import data
 from tfpipe.data import DataError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _labels_and_keys(ds):
@@ -158,3 +165,59 @@ def test_file_shard_policy_with_too_few_shards_is_a_clear_error(prepared_text):
             input_context=ctx,
             shard_policy="file",
         )
+
+
+# One pass over the train stream under op determinism (what train.deterministic=true turns on), as training
+# builds it; "text" adds the train-time vectorizer map of text runs.
+DETERMINISTIC_STREAM = """
+import sys, tensorflow as tf
+from tfpipe import data
+tf.config.experimental.enable_op_determinism()
+ds = data.make_train_stream(sys.argv[1], batch_size=4, seed=0, start_epoch=0, epochs=2, batches_per_epoch=4)
+if sys.argv[2] == "text":
+    from tfpipe.models import make_text_vectorizer
+    vectorizer = make_text_vectorizer(data.read_vocab(sys.argv[1]), 16)
+    ds = ds.map(lambda x, y: (vectorizer(x), y), num_parallel_calls=tf.data.AUTOTUNE)
+print(sum(1 for _ in ds.prefetch(tf.data.AUTOTUNE)))
+"""
+
+
+def _deterministic_stream_stderr(prepared_dir, modality: str) -> str:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "CUDA_VISIBLE_DEVICES": "",
+        "TF_CPP_MIN_LOG_LEVEL": "0",  # the E0000 line is hidden at 2
+        "TF_CPP_VMODULE": "make_deterministic=1",  # "Rewriting node ..." for each node the rewrite serialises
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", DETERMINISTIC_STREAM, str(prepared_dir), modality],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and proc.stdout.split() == ["8"], proc.stderr[-3000:]
+    return proc.stderr
+
+
+def test_the_train_stream_keeps_its_parallel_map_and_prefetch_under_op_determinism(prepared_image):
+    """Issue 17 item 5: the epochs' shuffles were built inside a `flat_map` function, where tf.data makes each a
+    stateful DummySeedGenerator op; TensorFlow's op-determinism rewrite (grappler make_deterministic) then made
+    the parse map sequential and prefetch a no-op, and logged on every train run `E0000 ... NodeDef mentions
+    attribute use_unbounded_threadpool which is not in the op definition` (its ParallelMapDatasetV2 -> MapDataset
+    conversion keeps that attribute)."""
+    stderr = _deterministic_stream_stderr(prepared_image.prepared_dir, "image")
+    assert "use_unbounded_threadpool" not in stderr and "Rewriting node" not in stderr, stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,  # passes once the cause is gone: drop the mark then
+    reason="text runs: the train-time vectorizer's table lookup (LookupTableFindV2, stateful) triggers the same "
+    "rewrite; it goes only when no table lookup runs inside tf.data at train time (e.g. token ids written at "
+    "prepare, issue 17 item 4)",
+)
+def test_the_text_train_stream_keeps_its_parallel_map_and_prefetch_under_op_determinism(prepared_text):
+    stderr = _deterministic_stream_stderr(prepared_text.prepared_dir, "text")
+    assert "use_unbounded_threadpool" not in stderr and "Rewriting node" not in stderr, stderr[-3000:]

@@ -308,6 +308,37 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(prepared_image
     assert resumed.steps == reference.steps and resumed.weights_sha256 == reference.weights_sha256
 
 
+def _counter_checkpoint():
+    return tf.train.Checkpoint(
+        epoch=tf.Variable(0, dtype=tf.int64),
+        step=tf.Variable(0, dtype=tf.int64),
+        w=tf.Variable(tf.zeros([4096])),
+    )
+
+
+def test_a_fallback_over_damaged_checkpoints_says_so_in_one_line(tmp_path, caplog):
+    """Two truncated newest checkpoints (real files): the resume takes the third and says so in ONE warning
+    line naming both skipped ones (not a line per checkpoint plus a summary)."""
+    from tfpipe.workdir import WorkDir
+
+    saved = _counter_checkpoint()
+    work = WorkDir(tmp_path)
+    work.open_checkpoints(saved, chief=True, max_to_keep=3)
+    for step in (1, 2, 3):
+        saved.step.assign(step)
+        work.save_checkpoint(step)
+    for step in (2, 3):
+        data = next((tmp_path / "checkpoints").glob(f"ckpt-{step}.data-*"))
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    restored = _counter_checkpoint()
+    with caplog.at_level("INFO", logger="tfpipe.workdir"):
+        assert WorkDir(tmp_path).open_checkpoints(restored, chief=True, max_to_keep=3)
+    assert int(restored.step.numpy()) == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert "\n" not in warnings[0] and all(f"ckpt-{n}" in warnings[0] for n in (1, 2, 3)), warnings[0]
+
+
 def _damage(checkpoints: Path, case: str) -> None:
     """Real damage to the newest checkpoint (ckpt-5) of a run with checkpoints at steps 2, 4, 5."""
     if case == "truncated index":

@@ -115,7 +115,7 @@ class WorkDir:
         if state is None or not state.model_checkpoint_path:
             return None
         candidates = list(reversed(state.all_model_checkpoint_paths or [state.model_checkpoint_path]))
-        newest_error = None
+        skipped = []  # "ckpt-N (Error: why)" of each unreadable newer checkpoint, newest first
         for path in candidates:
             try:
                 checkpoint.restore(path).assert_existing_objects_matched()
@@ -125,22 +125,17 @@ class WorkDir:
                     f"model or optimizer?); delete the folder to start over ({one_line(exc, 200)})"
                 ) from None
             except (IndexError, OSError, tf.errors.OpError) as exc:  # unreadable: try the one before it
-                newest_error = (
-                    newest_error or f"{Path(path).name}: {type(exc).__name__}: {one_line(exc, 200)}"
-                )
-                log.warning(
-                    "checkpoint %s is damaged (%s); trying the one before it", path, one_line(exc, 200)
-                )
+                skipped.append(f"{Path(path).name} ({type(exc).__name__}: {one_line(exc, 200)})")
                 continue
-            if path != candidates[0]:
+            if skipped:  # one line for the whole fallback, however many were skipped
                 log.warning(
-                    "resumed from %s: the newer checkpoint(s) could not be read (%s)",
+                    "resumed from %s, the newest readable checkpoint; skipped the damaged %s",
                     Path(path).name,
-                    newest_error,
+                    ", ".join(skipped),
                 )
             return path
         raise UserError(
-            f"{self.checkpoint_dir}: no readable checkpoint ({newest_error}); delete the folder to start over"
+            f"{self.checkpoint_dir}: no readable checkpoint ({', '.join(skipped)}); delete the folder to start over"
         )
 
     def save_checkpoint(self, step: int) -> None:

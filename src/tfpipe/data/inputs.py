@@ -45,7 +45,9 @@ def make_dataset(
     every n-th record, `auto` whole shards when there are at least as many shards as pipelines, else every
     n-th record) and batches `get_per_replica_batch_size(batch_size)`.
     """
-    manifest, records, batch_size = _records(prepared_dir, split, batch_size, cache, input_context, shard_policy)
+    manifest, records, batch_size = _records(
+        prepared_dir, split, batch_size, cache, input_context, shard_policy
+    )
     if training:
         records = records.shuffle(int(shuffle_buffer), seed=seed, reshuffle_each_iteration=True)
     ds = records.batch(batch_size, drop_remainder=training)
@@ -75,26 +77,43 @@ def make_train_stream(
     uninterrupted run and in one resumed at any point. Batching, sharding and caching as `make_dataset`;
     the record cache is shared by all epochs (the first epoch fills it).
     """
-    manifest, records, batch_size = _records(prepared_dir, split, batch_size, cache, input_context, shard_policy)
+    manifest, records, batch_size = _records(
+        prepared_dir, split, batch_size, cache, input_context, shard_policy
+    )
     # The counts are in global batches (steps); a pipeline feeding several replicas (mirrored on one host)
     # yields one per-replica batch per replica and step.
     per_step = 1
     if input_context is not None:
         per_step = max(input_context.num_replicas_in_sync // max(input_context.num_input_pipelines, 1), 1)
     batches_per_epoch, skip_batches = int(batches_per_epoch) * per_step, int(skip_batches) * per_step
-    base_seed = tf.constant(int(seed), tf.int64)
     buffer = int(shuffle_buffer)
 
-    def one_epoch(epoch):
-        epoch_seed = base_seed * 1_000_003 + epoch  # distinct, reproducible per (seed, epoch)
-        shuffled = records.shuffle(buffer, seed=epoch_seed, reshuffle_each_iteration=False)
+    def one_epoch(epoch: int) -> tf.data.Dataset:
+        shuffled = records.shuffle(buffer, seed=_epoch_seed(seed, epoch), reshuffle_each_iteration=False)
         return shuffled.batch(batch_size, drop_remainder=True).take(int(batches_per_epoch))
 
-    ds = tf.data.Dataset.range(int(start_epoch), int(epochs)).flat_map(one_epoch)
+    # The epochs are chained at the top level, not built in a `flat_map` function: a shuffle inside a
+    # tf.data function is a stateful op there (DummySeedGenerator), which makes TensorFlow's op-determinism
+    # rewrite run the whole pipeline sequentially (parse map made serial, prefetch off).
+    epochs_left = [one_epoch(e) for e in range(int(start_epoch), int(epochs))] or [one_epoch(0).take(0)]
+    ds = _back_to_back(epochs_left)
     if skip_batches:
         ds = ds.skip(int(skip_batches))  # before parsing: skipped batches are read but not decoded
     ds = ds.map(parse_batch_fn(manifest), num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _epoch_seed(seed: int, epoch: int) -> int:
+    """Distinct and reproducible per (seed, epoch): seed * 1_000_003 + epoch in int64 arithmetic (wrapping)."""
+    return (int(seed) * 1_000_003 + int(epoch) + 2**63) % 2**64 - 2**63
+
+
+def _back_to_back(datasets: list) -> tf.data.Dataset:
+    """`datasets` concatenated in order, as a balanced tree (nesting depth log2(n), not n)."""
+    while len(datasets) > 1:
+        pairs = [datasets[i : i + 2] for i in range(0, len(datasets), 2)]
+        datasets = [pair[0].concatenate(pair[1]) if len(pair) == 2 else pair[0] for pair in pairs]
+    return datasets[0]
 
 
 def shard_by_file(num_files: int, num_pipelines: int, shard_policy: str = "auto") -> bool:
