@@ -171,11 +171,18 @@ def test_logged_model_serves_raw_images(repro_project):
 
 
 def test_stage_outputs_exist_and_agree(repro_project):
-    project, _, _ = repro_project
+    project, env, _ = repro_project
     eval_metrics = json.loads((project / "metrics" / "eval.json").read_text())
     train_metrics = json.loads((project / "metrics" / "train.json").read_text())
     assert 0.0 <= eval_metrics["accuracy"] <= 1.0
     assert train_metrics["steps"] > 0
+    # eval.json is flat (one `dvc exp show` column per headline metric); the per-class rows are a plot
+    assert all(isinstance(v, (int, float)) for v in eval_metrics.values()), eval_metrics
+    per_class = json.loads((project / "metrics" / "eval_per_class.json").read_text())
+    assert [row["class"] for row in per_class] == ["blue", "green", "red"]
+    shown = json.loads(_run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], project, env))
+    columns = {k for result in shown.values() for f in result["data"].values() for k in f["data"]}
+    assert {"accuracy", "macro_f1"} <= columns and "per_class" not in columns, columns
     manifest = json.loads((project / "data" / "prepared" / "cifar10" / "manifest.json").read_text())
     assert manifest["source"]["type"] == "directory"
     assert (project / "models" / "cifar10" / "saved_model" / "saved_model.pb").is_file()

@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 MODELS_DIR = "models"
 TRAIN_METRICS = "metrics/train.json"
 HISTORY_CSV = "plots/history.csv"
-EVAL_METRICS = "metrics/eval.json"
+EVAL_METRICS = "metrics/eval.json"  # flat headline metrics: one `dvc exp show` column each
+EVAL_PER_CLASS = "metrics/eval_per_class.json"  # precision/recall/f1/support per class (a DVC plot)
 DATA_METRICS = "metrics/data.json"  # the data report's headline (prepare; dvc.yaml declares it)
 CONFUSION_CSV = "plots/confusion_matrix.csv"
 CONFUSION_PNG = "plots/confusion_matrix.png"
@@ -178,12 +179,14 @@ def run_evaluate(cfg: Config, root: Path):
         evaluation.write_reports(
             result,
             metrics_path=root / EVAL_METRICS,
+            per_class_path=root / EVAL_PER_CLASS,
             confusion_csv_path=root / CONFUSION_CSV,
             confusion_png_path=root / CONFUSION_PNG,
         )
         run.log_dataset(manifest, digest, prepared, context="test")
         run.log_metrics(_prefixed(result.scalar_metrics(), "test_"), step=0)
         run.log_artifact(root / EVAL_METRICS, "metrics")
+        run.log_artifact(root / EVAL_PER_CLASS, "metrics")
         run.log_artifact(root / CONFUSION_CSV, "plots")
         run.log_artifact(root / CONFUSION_PNG, "plots")
         run.set_tags(tracking.dvc_lock_tags(provenance.collect(root)))
