@@ -160,6 +160,7 @@ def _log_training(
 def run_evaluate(cfg: Config, root: Path):
     """The SavedModel, loaded from disk, scored on the test split; logged into the train run."""
     from tfpipe import data, evaluation, provenance, tracking
+    from tfpipe.tracking import registry
 
     cfg = _rooted(cfg, root)
     prepared = Path(cfg.data.output_dir)
@@ -184,14 +185,33 @@ def run_evaluate(cfg: Config, root: Path):
             confusion_png_path=root / CONFUSION_PNG,
         )
         run.log_dataset(manifest, digest, prepared, context="test")
-        run.log_metrics(_prefixed(result.scalar_metrics(), "test_"), step=0)
+        metrics = _prefixed(result.scalar_metrics(), "test_")
+        model_id = registry.log_test_metrics(
+            run, metrics, manifest=manifest, digest=digest, prepared=prepared
+        )
         run.log_artifact(root / EVAL_METRICS, "metrics")
         run.log_artifact(root / EVAL_PER_CLASS, "metrics")
         run.log_artifact(root / CONFUSION_CSV, "plots")
         run.log_artifact(root / CONFUSION_PNG, "plots")
         run.set_tags(tracking.dvc_lock_tags(provenance.collect(root)))
+        if model_id and cfg.tracking.register_model:
+            _register(run, cfg, model_id)
     log.info("test accuracy %.4f on %d examples", result.accuracy, result.num_examples)
     return result
+
+
+def _register(run, cfg: Config, model_id: str) -> None:
+    """The logged model registered (tracking.registered_model_name); the alias moved when it beats its model."""
+    from tfpipe.tracking import registry
+
+    registry.register(run, model_id, cfg.tracking.model_name(cfg.dataset.name))
+    if cfg.tracking.auto_promote_alias:
+        registry.auto_promote(
+            run,
+            cfg.tracking.auto_promote_alias,
+            metric=cfg.tracking.promote_metric,
+            mode=cfg.tracking.promote_mode,
+        )
 
 
 def run_all(cfg: Config, root: Path):
