@@ -146,6 +146,14 @@ def test_dvc_repro_produces_a_complete_mlflow_run(repro_project):
     assert set(inputs) == {"cifar10-train", "cifar10-test"}, inputs
     assert all(tags["data.manifest_digest"].startswith(digest) for digest in inputs.values()), inputs
 
+    # evaluate registered the logged model (tfpipe-<dataset>) and linked the test metrics to it with the dataset
+    assert (tags["registry.name"], tags["registry.version"]) == ("tfpipe-cifar10", "1")
+    (version,) = client.search_model_versions("name='tfpipe-cifar10'")
+    assert version.run_id == run_id and version.source == tags["model_uri"]
+    linked = client.get_logged_model(tags["model_uri"].removeprefix("models:/")).metrics
+    assert {m.key: m.value for m in linked}["test_accuracy"] == eval_json["accuracy"]
+    assert {m.dataset_name for m in linked if m.key.startswith("test_")} == {"cifar10-test"}
+
 
 def test_logged_model_serves_raw_images(repro_project):
     """The logged MLflow model, fed the test split's raw uint8 images, predicts for each image the class the
@@ -168,6 +176,35 @@ def test_logged_model_serves_raw_images(repro_project):
     rows = (project / "plots" / "confusion_matrix.csv").read_text().splitlines()[1:]
     recorded = [row.split(",")[1] for row in rows]
     assert [class_names[i] for i in probabilities.argmax(axis=1)] == recorded
+
+
+def test_promoted_champion_served_over_http_predicts_as_evaluate(repro_project):
+    """`pipeline.promote` makes the run's registered version the champion; a real `mlflow models serve -m
+    models:/tfpipe-cifar10@champion` process, fed the raw uint8 test images over HTTP, predicts for each the
+    class the evaluate stage recorded (plots/confusion_matrix.csv, one row per test example, in order)."""
+    from test_registry import post_when_up
+    from test_tracking import _free_port, _serve
+
+    from tfpipe import data
+
+    project, env, _ = repro_project
+    run_id = json.loads((project / "run.json").read_text())["run_id"]
+    out = _run([sys.executable, "-m", "pipeline.promote", run_id, "--alias", "champion"], project, env)
+    assert "tfpipe-cifar10 version 1 is 'champion' (was unset)" in out, out
+    prepared = project / "data" / "prepared" / "cifar10"
+    class_names = data.load_manifest(prepared)["class_names"]
+    batches = data.make_dataset(prepared, "test", batch_size=1000, training=False, seed=0, cache=False)
+    images = np.concatenate([x.numpy() for x, _ in batches])
+    port = _free_port()
+    proc = _serve("models:/tfpipe-cifar10@champion", project, port)
+    try:
+        predictions = np.asarray(post_when_up(proc, port, {"inputs": images.tolist()}))
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    assert predictions.shape == (len(images), len(class_names))
+    rows = (project / "plots" / "confusion_matrix.csv").read_text().splitlines()[1:]
+    assert [class_names[i] for i in predictions.argmax(axis=1)] == [row.split(",")[1] for row in rows]
 
 
 def test_stage_outputs_exist_and_agree(repro_project):
@@ -285,7 +322,10 @@ def test_a_shard_rewritten_with_its_manifest_is_caught_by_the_recorded_digest(re
     finally:
         for path, data in saved.items():
             path.write_bytes(data)
-    assert " match " in _line(_audit(project, env, run_id).stdout, "data.manifest")  # restored
+    restored = _audit(project, env, run_id).stdout
+    assert " match " in _line(restored, "data.manifest")  # restored
+    # the registry, read live: the serving test before made this version the champion
+    assert "registered model: tfpipe-cifar10 version 1 (aliases: champion)" in restored, restored
 
 
 def test_a_changed_dvc_lock_prepare_entry_is_an_audit_difference(repro_project):

@@ -23,7 +23,9 @@ IMAGE_CLASSES, _client = test_tracking.IMAGE_CLASSES, test_tracking._client
 NAME = "tfpipe-test"
 
 
-def _evaluated(cfg, project, saved_models, prepared, metrics: dict, name: str = NAME) -> tuple[str, str]:
+def _evaluated(
+    cfg, project, saved_models, prepared, metrics: dict, name: str | None = NAME
+) -> tuple[str, str]:
     """A run with a logged model, its test metrics linked to the model and the model registered (as the
     evaluate stage does). Returns (run id, model id)."""
     from tfpipe import data, tracking
@@ -36,7 +38,8 @@ def _evaluated(cfg, project, saved_models, prepared, metrics: dict, name: str = 
         model_id = registry.log_test_metrics(
             run, metrics, manifest=manifest, digest=digest, prepared=prepared.prepared_dir
         )
-        registry.register(run, model_id, name)
+        if name:
+            registry.register(run, model_id, name)
     return run.run_id, model_id
 
 
@@ -114,6 +117,25 @@ def test_promotion_never_moves_the_alias_to_a_worse_model(cfg, project, saved_mo
     assert line == f"registered model: {NAME} version 3 (aliases: champion)", line
 
 
+def test_the_evaluate_stage_registers_under_the_default_name_and_auto_promotes(
+    make_config, project, saved_models, prepared_image
+):
+    """stages._register, as run_evaluate calls it: tfpipe-<dataset>, and with tracking.auto_promote_alias the
+    alias moves only to a model that beats its current one."""
+    from tfpipe import stages, tracking
+
+    cfg = make_config("experiment=smoke", "tracking.auto_promote_alias=champion")
+    champions = []
+    for acc in (0.5, 0.4, 0.7):
+        run_id, model_id = _evaluated(
+            cfg, project, saved_models, prepared_image, {"test_accuracy": acc}, None
+        )
+        with tracking.resume_run(cfg, project, stage="evaluate") as run:
+            stages._register(run, cfg, model_id)
+        champions.append(_client(project).get_model_version_by_alias("tfpipe-cifar10", "champion").version)
+    assert champions == [1, 1, 3]
+
+
 def _promote(project: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "src"), env.get("PYTHONPATH", "")])
@@ -144,3 +166,52 @@ def test_promote_command_line(cfg, project, saved_models, prepared_image):
     assert "not a valid registry alias" in _one_error_line(_promote(project, good, "--alias", "my champ"))
     proc = _promote(project, worse, "--alias", "champion", "--force")
     assert proc.returncode == 0 and "version 2 is 'champion' (was 1)" in proc.stdout, proc.stderr
+
+
+def post_when_up(proc, port: int, payload: dict, timeout: float = 240) -> list:
+    """POST `payload` as JSON to the server's /invocations once it answers (it loads TensorFlow first)."""
+    import json
+    import time
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/invocations",
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return json.loads(response.read())["predictions"]
+        except OSError:
+            assert time.monotonic() < deadline, "the server never answered"
+            time.sleep(1)
+
+
+@pytest.mark.slow
+def test_a_served_champion_takes_raw_strings_in_both_documented_formats(cfg, project, saved_models):
+    """The README's request formats for texts, against a real `mlflow models serve -m models:/NAME@champion`."""
+    import numpy as np
+
+    from tfpipe import tracking
+    from tfpipe.tracking import registry
+
+    with tracking.start_run(cfg, project, stage="train") as run:
+        model_uri = run.log_model(saved_models["text"], modality="text", class_names=["neg", "pos"])
+        registry.register(run, model_uri.removeprefix("models:/"), "tfpipe-texts")
+    registry.promote(_uri(project), run.run_id, "champion")
+    texts = ["a good great film", "bad and awful", "unknown words"]
+    expected = test_tracking._direct(saved_models["text"], text=texts)
+    port = test_tracking._free_port()
+    proc = test_tracking._serve("models:/tfpipe-texts@champion", project, port)
+    try:
+        by_inputs = post_when_up(proc, port, {"inputs": texts})
+        split = {"columns": ["text"], "data": [[t] for t in texts]}
+        by_frame = post_when_up(proc, port, {"dataframe_split": split})
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    np.testing.assert_allclose(by_inputs, expected, atol=1e-6)
+    np.testing.assert_allclose(by_frame, expected, atol=1e-6)
