@@ -243,6 +243,22 @@ def test_second_repro_is_a_no_op(repro_project):
     )
 
 
+def test_registry_keys_rerun_only_evaluate(repro_project):
+    """The registry and promotion keys are read by evaluate alone: changing one never retrains."""
+    project, env, _ = repro_project
+    params = project / "params.yaml"
+    original = params.read_text()
+    assert "auto_promote_alias: null" in original
+    try:
+        params.write_text(original.replace("auto_promote_alias: null", "auto_promote_alias: champion"))
+        cmd = [sys.executable, "-m", "dvc", "status", "--json"]
+        proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, check=True)
+        status = json.loads(proc.stdout)
+    finally:
+        params.write_text(original)
+    assert set(status) == {"evaluate"}, status
+
+
 def _clone_with_raw_data(project: Path, name: str, env: dict) -> Path:
     clone = project.parent / name
     _run(["git", "clone", "-q", str(project), str(clone)], project.parent, env)

@@ -41,6 +41,8 @@ def log_test_metrics(run, metrics: dict, *, manifest: dict, digest: str, prepare
     model's page shows them. Returns the model id (None: no logged model, the metrics go on the run alone)."""
     from tfpipe.tracking.datasets import manifest_dataset
 
+    if not run.active:  # a NullRun (not the chief) logs nothing
+        return None
     model_id = logged_model_id(run)
     if model_id is None:
         run.log_metrics(metrics, step=0)
