@@ -100,7 +100,7 @@ def registry_alias(key: str, alias: Optional[str], allow_none: bool = False) -> 
 
 def registry_name(key: str, name: Optional[str]) -> None:
     """A registered model name must survive a `models:/NAME@ALIAS` URI."""
-    if name is not None and (not str(name).strip() or any(c in str(name) for c in "/@:")):
+    if name is not None and (not str(name).strip() or any(c in str(name) for c in "/@:'")):
         raise ConfigError(
-            f"{key}={name!r}: not a usable registered model name; no '/', '@' or ':', not empty"
+            f"{key}={name!r}: not a usable registered model name; no '/', '@', ':' or quote, not empty"
         )
