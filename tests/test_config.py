@@ -96,6 +96,10 @@ BAD_OVERRIDES = [
     (["model.filters=[]"], "model.filters"),
     (["dataset.channels=2"], "dataset.channels"),
     (["tracking.experiment_name="], "tracking.experiment_name"),
+    (["tracking.auto_promote_alias=latest"], "tracking.auto_promote_alias"),
+    (["tracking.auto_promote_alias=v2"], "tracking.auto_promote_alias"),
+    (["tracking.promote_mode=up"], "tracking.promote_mode"),
+    (["tracking.registered_model_name=a/b"], "tracking.registered_model_name"),
 ]
 
 

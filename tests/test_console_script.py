@@ -24,6 +24,7 @@ def _run(args, cwd=ROOT):
         ("pipeline.train", "train", ["train.epochs=0"]),
         ("pipeline.prepare", "prepare", ["dataset=cifar11"]),
         ("pipeline.launch", "launch", ["strategy=mirrored"]),
+        ("pipeline.promote", "promote", ["abc", "--alias", "a b"]),
     ],
 )
 def test_console_script_and_module_fail_alike(module, subcommand, args):

@@ -169,18 +169,19 @@ def test_write_reports(tmp_path):
         "metrics_path": tmp_path / "metrics" / "eval.json",
         "confusion_csv_path": tmp_path / "plots" / "confusion_matrix.csv",
         "confusion_png_path": tmp_path / "plots" / "confusion_matrix.png",
+        "per_class_path": tmp_path / "metrics" / "eval_per_class.json",
     }
     evaluation.write_reports(r, **paths)
 
     metrics = json.loads(paths["metrics_path"].read_text())
     assert metrics["accuracy"] == pytest.approx(0.8) and metrics["num_examples"] == 5
     assert metrics["roc_auc"] == 1.0
-    assert metrics["per_class"]["pos"] == pytest.approx(
-        {"precision": 1.0, "recall": 2 / 3, "f1": 0.8, "support": 3}
+    per_class = json.loads(paths["per_class_path"].read_text())  # its own file: rows for `dvc plots`
+    assert [row["class"] for row in per_class] == ["neg, bad", "pos"]
+    assert per_class[1] == pytest.approx(
+        {"class": "pos", "precision": 1.0, "recall": 2 / 3, "f1": 0.8, "support": 3}
     )
-    assert all(
-        not isinstance(v, dict) for k, v in metrics.items() if k != "per_class"
-    )  # flat for `dvc metrics`
+    assert all(isinstance(v, (int, float)) for v in metrics.values())  # flat: one `dvc exp show` column each
 
     with paths["confusion_csv_path"].open(newline="") as fh:
         rows = list(csv.DictReader(fh))

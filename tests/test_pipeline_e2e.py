@@ -146,6 +146,14 @@ def test_dvc_repro_produces_a_complete_mlflow_run(repro_project):
     assert set(inputs) == {"cifar10-train", "cifar10-test"}, inputs
     assert all(tags["data.manifest_digest"].startswith(digest) for digest in inputs.values()), inputs
 
+    # evaluate registered the logged model (tfpipe-<dataset>) and linked the test metrics to it with the dataset
+    assert (tags["registry.name"], tags["registry.version"]) == ("tfpipe-cifar10", "1")
+    (version,) = client.search_model_versions("name='tfpipe-cifar10'")
+    assert version.run_id == run_id and version.source == tags["model_uri"]
+    linked = client.get_logged_model(tags["model_uri"].removeprefix("models:/")).metrics
+    assert {m.key: m.value for m in linked}["test_accuracy"] == eval_json["accuracy"]
+    assert {m.dataset_name for m in linked if m.key.startswith("test_")} == {"cifar10-test"}
+
 
 def test_logged_model_serves_raw_images(repro_project):
     """The logged MLflow model, fed the test split's raw uint8 images, predicts for each image the class the
@@ -170,12 +178,48 @@ def test_logged_model_serves_raw_images(repro_project):
     assert [class_names[i] for i in probabilities.argmax(axis=1)] == recorded
 
 
+def test_promoted_champion_served_over_http_predicts_as_evaluate(repro_project):
+    """`pipeline.promote` makes the run's registered version the champion; a real `mlflow models serve -m
+    models:/tfpipe-cifar10@champion` process, fed the raw uint8 test images over HTTP, predicts for each the
+    class the evaluate stage recorded (plots/confusion_matrix.csv, one row per test example, in order)."""
+    from test_registry import post_when_up
+    from test_tracking import _free_port, _serve
+
+    from tfpipe import data
+
+    project, env, _ = repro_project
+    run_id = json.loads((project / "run.json").read_text())["run_id"]
+    out = _run([sys.executable, "-m", "pipeline.promote", run_id, "--alias", "champion"], project, env)
+    assert "tfpipe-cifar10 version 1 is 'champion' (was unset)" in out, out
+    prepared = project / "data" / "prepared" / "cifar10"
+    class_names = data.load_manifest(prepared)["class_names"]
+    batches = data.make_dataset(prepared, "test", batch_size=1000, training=False, seed=0, cache=False)
+    images = np.concatenate([x.numpy() for x, _ in batches])
+    port = _free_port()
+    proc = _serve("models:/tfpipe-cifar10@champion", project, port)
+    try:
+        predictions = np.asarray(post_when_up(proc, port, {"inputs": images.tolist()}))
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    assert predictions.shape == (len(images), len(class_names))
+    rows = (project / "plots" / "confusion_matrix.csv").read_text().splitlines()[1:]
+    assert [class_names[i] for i in predictions.argmax(axis=1)] == [row.split(",")[1] for row in rows]
+
+
 def test_stage_outputs_exist_and_agree(repro_project):
-    project, _, _ = repro_project
+    project, env, _ = repro_project
     eval_metrics = json.loads((project / "metrics" / "eval.json").read_text())
     train_metrics = json.loads((project / "metrics" / "train.json").read_text())
     assert 0.0 <= eval_metrics["accuracy"] <= 1.0
     assert train_metrics["steps"] > 0
+    # eval.json is flat (one `dvc exp show` column per headline metric); the per-class rows are a plot
+    assert all(isinstance(v, (int, float)) for v in eval_metrics.values()), eval_metrics
+    per_class = json.loads((project / "metrics" / "eval_per_class.json").read_text())
+    assert [row["class"] for row in per_class] == ["blue", "green", "red"]
+    shown = json.loads(_run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], project, env))
+    columns = {k for result in shown.values() for f in result["data"].values() for k in f["data"]}
+    assert {"accuracy", "macro_f1"} <= columns and "per_class" not in columns, columns
     manifest = json.loads((project / "data" / "prepared" / "cifar10" / "manifest.json").read_text())
     assert manifest["source"]["type"] == "directory"
     assert (project / "models" / "cifar10" / "saved_model" / "saved_model.pb").is_file()
@@ -197,6 +241,22 @@ def test_second_repro_is_a_no_op(repro_project):
         len(_client(project).search_runs([_client(project).get_experiment_by_name("tfpipe").experiment_id]))
         == 1
     )
+
+
+def test_registry_keys_rerun_only_evaluate(repro_project):
+    """The registry and promotion keys are read by evaluate alone: changing one never retrains."""
+    project, env, _ = repro_project
+    params = project / "params.yaml"
+    original = params.read_text()
+    assert "auto_promote_alias: null" in original
+    try:
+        params.write_text(original.replace("auto_promote_alias: null", "auto_promote_alias: champion"))
+        cmd = [sys.executable, "-m", "dvc", "status", "--json"]
+        proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, check=True)
+        status = json.loads(proc.stdout)
+    finally:
+        params.write_text(original)
+    assert set(status) == {"evaluate"}, status
 
 
 def _clone_with_raw_data(project: Path, name: str, env: dict) -> Path:
@@ -278,7 +338,10 @@ def test_a_shard_rewritten_with_its_manifest_is_caught_by_the_recorded_digest(re
     finally:
         for path, data in saved.items():
             path.write_bytes(data)
-    assert " match " in _line(_audit(project, env, run_id).stdout, "data.manifest")  # restored
+    restored = _audit(project, env, run_id).stdout
+    assert " match " in _line(restored, "data.manifest")  # restored
+    # the registry, read live: the serving test before made this version the champion
+    assert "registered model: tfpipe-cifar10 version 1 (aliases: champion)" in restored, restored
 
 
 def test_a_changed_dvc_lock_prepare_entry_is_an_audit_difference(repro_project):

@@ -83,7 +83,7 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
             print(audit.format_rerun(result), end="")
             return 1 if result.verdict == audit.DIFFERS_VERDICT else 0
         items = audit.check(args.run_id, root, args.tracking_uri)
-        print(audit.format_table(items), end="")
+        print(audit.format_table(items) + audit.registry_line(args.run_id, root, args.tracking_uri))
         print(
             "ALL MATCH"
             if audit.ok(items)

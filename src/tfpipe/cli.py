@@ -4,6 +4,7 @@ errors and exit codes as `python -m pipeline.<name>`:
     tfpipe prepare|train|evaluate|run-all|launch [--params FILE] [--debug] [OVERRIDE ...]
     tfpipe audit RUN_ID [--rerun] [--tolerance X] [--tracking-uri URI]
     tfpipe compare RUN_A RUN_B [--tracking-uri URI]
+    tfpipe promote RUN_ID [--alias champion] [--force]
     tfpipe tune NAME [--storage URL] [--study NAME] [OVERRIDE ...]
 
 (Hydra sweeps stay `python -m pipeline.sweep --multirun ...`: Hydra's own command line, next to conf/.)
@@ -14,7 +15,7 @@ from __future__ import annotations
 import sys
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-USAGE = "usage: tfpipe {prepare,train,evaluate,run-all,launch,audit,compare,tune} [ARGS ...] (tfpipe SUBCOMMAND --help)"
+USAGE = "usage: tfpipe {prepare,train,evaluate,run-all,launch,audit,compare,promote,tune} [ARGS ...] (tfpipe SUBCOMMAND --help)"
 
 
 def _stages() -> Dict[str, Tuple[Callable, str]]:
@@ -45,6 +46,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         from tfpipe import audit_cli
 
         sys.exit(audit_cli.main(name, rest))
+    if name == "promote":
+        from tfpipe import promote_cli
+
+        sys.exit(promote_cli.main(rest, prog="tfpipe promote"))
     if name == "tune":
         from tfpipe import tuning
 

@@ -3,8 +3,9 @@
 `evaluate()` uses exactly what is served: `tf.saved_model.load(dir).signatures['serving_default']`
 on raw inputs (uint8 images or strings) -> {'probabilities': [B, K]}. `score()` is the pure
 numpy part (hand-checkable). `write_reports()` writes, each atomically:
-  - metrics JSON (DVC metrics): accuracy, loss, macro_precision/recall/f1, num_examples,
-    roc_auc (binary tasks only), per_class {name: {precision, recall, f1, support}};
+  - metrics JSON (DVC metrics, flat: one `dvc exp show` column each): accuracy, loss,
+    macro_precision/recall/f1, num_examples, roc_auc (binary tasks only);
+  - per-class JSON (DVC plots): a list of {class, precision, recall, f1, support} rows;
   - confusion CSV in the shape of DVC's `confusion` plot template: one row per test example,
     columns `actual,predicted`, class names as values;
   - confusion PNG (matplotlib, Agg canvas; no pyplot global state).
@@ -66,16 +67,15 @@ class EvalResult:
         return out
 
     def to_dict(self) -> dict:
-        """The metrics JSON: flat scalars plus `per_class`."""
-        return {
-            **self.scalar_metrics(),
-            "per_class": {
-                name: {"precision": p, "recall": r, "f1": f, "support": s}
-                for name, p, r, f, s in zip(
-                    self.class_names, self.precision, self.recall, self.f1, self.support
-                )
-            },
-        }
+        """The metrics JSON: the flat headline scalars only (the per-class rows have their own file)."""
+        return self.scalar_metrics()
+
+    def per_class_rows(self) -> list:
+        """One row per class: the shape DVC plots read from a JSON list."""
+        return [
+            {"class": name, "precision": p, "recall": r, "f1": f, "support": s}
+            for name, p, r, f, s in zip(self.class_names, self.precision, self.recall, self.f1, self.support)
+        ]
 
 
 # ----------------------------------------------------------------------------- metrics (scikit-learn)
@@ -231,11 +231,17 @@ def _finite(value):
         return None
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
     return value
 
 
 def write_metrics(result: EvalResult, path) -> None:
     files.write_json(path, _finite(result.to_dict()))
+
+
+def write_per_class(result: EvalResult, path) -> None:
+    files.write_json(path, _finite(result.per_class_rows()))
 
 
 def write_confusion_csv(result: EvalResult, path) -> None:
@@ -270,11 +276,17 @@ def write_confusion_png(result: EvalResult, path) -> None:
         fig.savefig(fh, format="png")
 
 
-def write_reports(result: EvalResult, *, metrics_path, confusion_csv_path, confusion_png_path) -> None:
+def write_reports(
+    result: EvalResult, *, metrics_path, confusion_csv_path, confusion_png_path, per_class_path=None
+) -> None:
+    """Each report written whole; `per_class_path` None: no per-class file."""
     for path, write in (
         (metrics_path, write_metrics),
+        (per_class_path, write_per_class),
         (confusion_csv_path, write_confusion_csv),
         (confusion_png_path, write_confusion_png),
     ):
+        if path is None:
+            continue
         with files.saving(Path(path).parent, Path(path).name):
             write(result, path)

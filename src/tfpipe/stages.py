@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 MODELS_DIR = "models"
 TRAIN_METRICS = "metrics/train.json"
 HISTORY_CSV = "plots/history.csv"
-EVAL_METRICS = "metrics/eval.json"
+EVAL_METRICS = "metrics/eval.json"  # flat headline metrics: one `dvc exp show` column each
+EVAL_PER_CLASS = "metrics/eval_per_class.json"  # precision/recall/f1/support per class (a DVC plot)
 DATA_METRICS = "metrics/data.json"  # the data report's headline (prepare; dvc.yaml declares it)
 CONFUSION_CSV = "plots/confusion_matrix.csv"
 CONFUSION_PNG = "plots/confusion_matrix.png"
@@ -159,6 +160,7 @@ def _log_training(
 def run_evaluate(cfg: Config, root: Path):
     """The SavedModel, loaded from disk, scored on the test split; logged into the train run."""
     from tfpipe import data, evaluation, provenance, tracking
+    from tfpipe.tracking import registry
 
     cfg = _rooted(cfg, root)
     prepared = Path(cfg.data.output_dir)
@@ -178,17 +180,38 @@ def run_evaluate(cfg: Config, root: Path):
         evaluation.write_reports(
             result,
             metrics_path=root / EVAL_METRICS,
+            per_class_path=root / EVAL_PER_CLASS,
             confusion_csv_path=root / CONFUSION_CSV,
             confusion_png_path=root / CONFUSION_PNG,
         )
         run.log_dataset(manifest, digest, prepared, context="test")
-        run.log_metrics(_prefixed(result.scalar_metrics(), "test_"), step=0)
+        metrics = _prefixed(result.scalar_metrics(), "test_")
+        model_id = registry.log_test_metrics(
+            run, metrics, manifest=manifest, digest=digest, prepared=prepared
+        )
         run.log_artifact(root / EVAL_METRICS, "metrics")
+        run.log_artifact(root / EVAL_PER_CLASS, "metrics")
         run.log_artifact(root / CONFUSION_CSV, "plots")
         run.log_artifact(root / CONFUSION_PNG, "plots")
         run.set_tags(tracking.dvc_lock_tags(provenance.collect(root)))
+        if model_id and cfg.tracking.register_model:
+            _register(run, cfg, model_id)
     log.info("test accuracy %.4f on %d examples", result.accuracy, result.num_examples)
     return result
+
+
+def _register(run, cfg: Config, model_id: str) -> None:
+    """The logged model registered (tracking.registered_model_name); the alias moved when it beats its model."""
+    from tfpipe.tracking import registry
+
+    registry.register(run, model_id, cfg.tracking.model_name(cfg.dataset.name))
+    if cfg.tracking.auto_promote_alias:
+        registry.auto_promote(
+            run,
+            cfg.tracking.auto_promote_alias,
+            metric=cfg.tracking.promote_metric,
+            mode=cfg.tracking.promote_mode,
+        )
 
 
 def run_all(cfg: Config, root: Path):

@@ -3,6 +3,7 @@
     items = audit.check(run_id, root)                # recorded vs present: code, data, config, environment
     result = audit.rerun(run_id, root, tolerance=0)  # re-execute at the recorded commit, compare outcomes
     rows = audit.compare(run_a, run_b, uri)          # what differs between two runs
+    audit.registry_line(run_id, root)                # the run's registered versions and their aliases
 
 Runs are read through `tfpipe.tracking.reading` (this module never imports mlflow). Each check
 item is an `Item(name, status, recorded, present, detail)` with status "match", "differs" or
@@ -22,6 +23,7 @@ from tfpipe.audit.common import (
     Item,
     format_table,
     ok,
+    registry_line,
     tracking_uri_for,
 )
 from tfpipe.audit.compare import compare, compare_runs, format_compare
@@ -46,6 +48,7 @@ __all__ = [
     "format_table",
     "judge",
     "ok",
+    "registry_line",
     "rerun",
     "tracking_uri_for",
 ]

@@ -103,3 +103,17 @@ def _load(run_id: str, uri: str) -> dict:
     from tfpipe.tracking import reading
 
     return reading.load_run(uri, run_id)
+
+
+def registry_line(run_id: str, root, uri: Optional[str] = None) -> str:
+    """The run's registered model versions and their aliases, read live from the registry (one line)."""
+    from tfpipe.tracking import registry
+
+    try:
+        versions = registry.model_versions(tracking_uri_for(Path(root), uri), run_id)
+    except UserError as exc:
+        return f"registered model: unknown ({exc})"
+    shown = [
+        f"{v['name']} version {v['version']} (aliases: {', '.join(v['aliases']) or 'none'})" for v in versions
+    ]
+    return "registered model: " + ("; ".join(shown) or "none")

@@ -82,3 +82,25 @@ def tracking_uri(key: str, uri: Optional[str]) -> None:
         )
     if base in ("http", "https") and not uri.split("://", 1)[1].split("/", 1)[0]:
         raise ConfigError(f"{key}={uri!r}: no host; allowed: http(s)://HOST[:PORT]")
+
+
+ALIAS_CHARS = re.compile(r"^[\w-]+$")  # MLflow's rule for registry aliases; 'latest' and 'v<N>' are reserved
+
+
+def registry_alias(key: str, alias: Optional[str], allow_none: bool = False) -> None:
+    if alias is None and allow_none:
+        return
+    text = str(alias or "")
+    if not ALIAS_CHARS.match(text) or text.lower() == "latest" or re.match(r"^[vV]\d+$", text):
+        raise ConfigError(
+            f"{key}={alias!r}: not a valid registry alias; use letters, digits, '_' or '-' "
+            "(not 'latest' or 'v<number>', which MLflow reserves)"
+        )
+
+
+def registry_name(key: str, name: Optional[str]) -> None:
+    """A registered model name must survive a `models:/NAME@ALIAS` URI."""
+    if name is not None and (not str(name).strip() or any(c in str(name) for c in "/@:'")):
+        raise ConfigError(
+            f"{key}={name!r}: not a usable registered model name; no '/', '@', ':' or quote, not empty"
+        )

@@ -10,7 +10,8 @@
 Modules: `backend` (tracking URI, reachability, experiment), `opening` (start/resume a run, sweep parents),
 `run` (the Run handle), `sink` (the buffered metrics, sent by a background thread),
 `tags` (standard tags), `redact` (credentials -> '***'), `datasets` (manifest -> mlflow.data),
-`models` + `serving_model.py` (the pyfunc model, models-from-code).
+`models` + `serving_model.py` (the pyfunc model, models-from-code), `registry` (the model registry: registration,
+test metrics linked to the logged model, promotion, a run's versions and aliases).
 """
 
 import os

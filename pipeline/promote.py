@@ -1,0 +1,14 @@
+"""Promote a run's registered model: `python -m pipeline.promote RUN_ID --alias champion [--force]`.
+
+Moves the registry alias to the run's version; refuses (exit 2, one line naming the metric and both values) a
+model worse than the alias's current one unless --force. Exit codes: 0 promoted, 2 bad input or refused.
+"""
+
+import sys
+
+from tfpipe.promote_cli import main
+
+__all__ = ["main"]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Promotion: `python -m pipeline.promote RUN_ID --alias champion [--force] [--metric M] [--mode max|min]`.
+
+Points the alias of the run's registered model (registered by the evaluate stage) at the run's version. It never
+moves the alias to a model whose metric (tracking.promote_metric / promote_mode in params.yaml, or --metric /
+--mode) is worse than that of the alias's current model, unless --force.
+Exit codes: 0 promoted (or already there), 2 bad input or refused (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+DOC = "Point a registry alias (e.g. champion) at a run's registered model version."
+
+
+def _tracking_defaults(root: Path):
+    from tfpipe import config
+
+    params = root / "params.yaml"
+    return config.load_params(params).tracking if params.is_file() else config.TrackingConfig()
+
+
+def main(argv=None, prog: str = "python -m pipeline.promote") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=DOC)
+    parser.add_argument("run_id")
+    parser.add_argument("--alias", default="champion", help="registry alias to move (default: champion)")
+    parser.add_argument("--force", action="store_true", help="move it even to a worse model")
+    parser.add_argument(
+        "--metric", default=None, help="run metric to compare (default: tracking.promote_metric)"
+    )
+    parser.add_argument(
+        "--mode", default=None, help="max or min: which is better (default: tracking.promote_mode)"
+    )
+    parser.add_argument(
+        "--tracking-uri", default=None, help="MLflow store (default: MLFLOW_TRACKING_URI or params.yaml)"
+    )
+    args = parser.parse_args(argv)
+
+    from tfpipe.audit import tracking_uri_for
+    from tfpipe.errors import USER_ERRORS
+    from tfpipe.tracking import registry
+
+    root = Path.cwd()
+    try:
+        defaults = _tracking_defaults(root)
+        result = registry.promote(
+            tracking_uri_for(root, args.tracking_uri),
+            args.run_id,
+            args.alias,
+            metric=args.metric or defaults.promote_metric,
+            mode=args.mode or defaults.promote_mode,
+            force=args.force,
+        )
+    except USER_ERRORS as exc:
+        print(f"promote: error: {exc}", file=sys.stderr)
+        return 2
+    was = "unchanged" if result["previous"] == result["version"] else f"was {result['previous'] or 'unset'}"
+    print(f"{result['name']} version {result['version']} is {result['alias']!r} ({was})")
+    return 0
