@@ -143,6 +143,23 @@ def _promote(project: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=300)
 
 
+def _promote_here(project: Path, capsys, *args: str) -> subprocess.CompletedProcess:
+    """`main` of `python -m pipeline.promote` in this process (the subprocess path is run once, above)."""
+    from tfpipe import promote_cli
+
+    capsys.readouterr()
+    cwd = os.getcwd()
+    os.chdir(project)
+    try:
+        code = promote_cli.main([*args, "--tracking-uri", _uri(project)])
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        os.chdir(cwd)
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
 def _one_error_line(proc) -> str:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -150,7 +167,7 @@ def _one_error_line(proc) -> str:
     return lines[0]
 
 
-def test_promote_command_line(cfg, project, saved_models, prepared_image):
+def test_promote_command_line(cfg, project, saved_models, prepared_image, capsys):
     from tfpipe import tracking
 
     good, _ = _evaluated(cfg, project, saved_models, prepared_image, {"test_accuracy": 0.6})
@@ -159,12 +176,14 @@ def test_promote_command_line(cfg, project, saved_models, prepared_image):
         pass
     proc = _promote(project, good, "--alias", "champion")
     assert proc.returncode == 0 and f"{NAME} version 1 is 'champion' (was unset)" in proc.stdout, proc.stderr
-    line = _one_error_line(_promote(project, worse, "--alias", "champion"))
+    line = _one_error_line(_promote_here(project, capsys, worse, "--alias", "champion"))
     assert "test_accuracy=0.3, worse than 0.6 of version 1" in line and "--force" in line, line
-    assert "not found" in _one_error_line(_promote(project, "0123456789abcdef0123456789abcdef"))
-    assert "has no registered model" in _one_error_line(_promote(project, bare.run_id))
-    assert "not a valid registry alias" in _one_error_line(_promote(project, good, "--alias", "my champ"))
-    proc = _promote(project, worse, "--alias", "champion", "--force")
+    assert "not found" in _one_error_line(_promote_here(project, capsys, "0123456789abcdef0123456789abcdef"))
+    assert "has no registered model" in _one_error_line(_promote_here(project, capsys, bare.run_id))
+    assert "not a valid registry alias" in _one_error_line(
+        _promote_here(project, capsys, good, "--alias", "my champ")
+    )
+    proc = _promote_here(project, capsys, worse, "--alias", "champion", "--force")
     assert proc.returncode == 0 and "version 2 is 'champion' (was 1)" in proc.stdout, proc.stderr
 
 
