@@ -1,5 +1,6 @@
 """A teammate audits a teammate's run: clone A runs `dvc repro` against a shared tracking store and pushes to
-the team's DVC remote, clone B (another folder, its own empty DVC cache) re-runs that run with `audit --rerun`:
+the team's DVC remote. A audits its own run from its own DVC cache (precision=auto re-run with the policy
+the run resolved to, the verdict recorded, the metrics untouched, no worktree left). Clone B (another folder, its own empty DVC cache) re-runs that run with `audit --rerun`:
 first with its own copy of the raw data and no reachable remote (prepared again, and the report says so), then
 without raw data but with the remote (the prepared data pulled by hash). Both verdicts are REPRODUCED and nothing
 in A changes: every path the record holds is re-rooted into B's worktree."""
@@ -38,12 +39,14 @@ def test_an_audit_from_another_clone_reproduces_and_leaves_the_first_clone_untou
     store.mkdir()
     uri = f"sqlite:///{store / 'mlflow.db'}"
     artifacts = store / "mlartifacts"  # the team store's artifact root, outside both clones
+    # precision=auto: a re-run must use the policy the run resolved to, whatever the auditor's host would pick.
     alice, env = _make_project(
-        tmp_path / "alice", image_dir, text_dir, f"tracking.artifact_location={artifacts}"
+        tmp_path / "alice", image_dir, text_dir, f"tracking.artifact_location={artifacts}", "precision=auto"
     )
     env = {**env, "MLFLOW_TRACKING_URI": uri}
     _run([sys.executable, "-m", "dvc", "repro"], alice, env)
     run_id = json.loads((alice / "run.json").read_text())["run_id"]
+    _own_audit(alice, run_id, uri, env)  # before committing what dvc repro changed (dvc.lock, .gitignore)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     _run([*git, "add", "-A"], alice, env)
     _run([*git, "commit", "-qm", "results"], alice, env)
@@ -79,6 +82,39 @@ def test_an_audit_from_another_clone_reproduces_and_leaves_the_first_clone_untou
         p.parent.name for p in artifacts.rglob("artifacts") if re.fullmatch(r"[0-9a-f]{32}", p.parent.name)
     }
     assert runs == {run_id}, runs  # the re-run's own run went to its temporary store, not the team's
+
+
+def _own_audit(project: Path, run_id: str, uri: str, env: dict) -> None:
+    """The clone that made the run audits it: check, then --rerun from its own DVC cache."""
+    from tfpipe.tracking import reading
+
+    before = reading.load_run(uri, run_id)
+    resolved = before["tags"]["precision.resolved"]
+    assert before["params"]["precision.policy"] == "auto" and resolved in ("float32", "mixed_bfloat16")
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(project / "src")])}
+    check = subprocess.run(
+        [sys.executable, "-m", "pipeline.audit", run_id], cwd=project, env=env, capture_output=True, text=True
+    )
+    assert check.returncode == 0, (
+        check.stdout + check.stderr
+    )  # DVC's dvc.lock/.gitignore are not code changes
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.audit", run_id, "--rerun"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "REPRODUCED", proc.stdout
+    assert "prepared data: restored from the DVC cache" in proc.stdout.splitlines()
+    assert f"precision.policy=auto ran as {resolved}: the re-run uses {resolved}" in proc.stderr
+    after = reading.load_run(uri, run_id)
+    assert after["tags"]["audit.verdict"] == "REPRODUCED" and after["tags"]["audit.time"]
+    assert after["metrics"] == before["metrics"]  # the verdict never alters the run's metrics
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=project, capture_output=True, text=True)
+    assert "worktree" not in worktrees.stdout.split("\n", 1)[-1]
 
 
 def _audit(project: Path, run_id: str, env: dict) -> str:

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -733,31 +732,10 @@ def _serve(uri: str, project: Path, port: int) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-def test_mlflow_models_serve_answers_for_a_whole_model_and_refuses_a_changed_one(cfg, project, saved_models):
+def test_mlflow_models_serve_refuses_a_changed_model(cfg, project, saved_models):
+    """A served model whose variables changed since export never starts answering (the whole model served
+    and compared with the evaluate stage: test_pipeline_e2e's champion test)."""
     uri, stored = _logged(cfg, project, saved_models["image"])
-    port = _free_port()
-    proc = _serve(uri, project, port)
-    try:
-        body = json.dumps({"inputs": np.zeros((2, 8, 8, 3), np.uint8).tolist()}).encode()
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/invocations", data=body, headers={"Content-Type": "application/json"}
-        )
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-            try:
-                with urllib.request.urlopen(request, timeout=30) as response:
-                    predictions = np.asarray(json.loads(response.read())["predictions"])
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the server never answered"
-                time.sleep(1)
-        assert predictions.shape == (2, 3)
-        np.testing.assert_allclose(predictions.sum(axis=1), 1.0, atol=1e-5)
-    finally:
-        proc.terminate()
-        proc.wait(60)
-
     variables = _variables_file(stored)
     variables.write_bytes(variables.read_bytes()[:-1])
     proc = _serve(uri, project, _free_port())
