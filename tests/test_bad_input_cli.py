@@ -97,7 +97,21 @@ BAD_OVERRIDES = [
     (["trian.epochs=3"], ["trian.epochs=3", "did you mean 'train.epochs'", "allowed keys under '<root>'"]),
     (["train.epochs.x=1"], ["train.epochs.x", "'train.epochs' is a value", "not a section"]),
     # config group options
-    (["dataset=mnist"], ["dataset='mnist'", "config group 'dataset'", "allowed: cifar10, imdb"]),
+    (
+        ["dataset=mnist"],
+        ["dataset='mnist'", "config group 'dataset'", "allowed: cifar10, images, imdb, texts"],
+    ),
+    # own data: a name is required, and a safe identifier (it names folders, runs, the registered model)
+    (["dataset=images"], ["dataset.name: required, no value given", "dataset.name=VALUE"]),
+    (["dataset=texts", "dataset.name='my data'"], ["dataset.name='my data'", "allowed: letters, digits"]),
+    (["dataset=images", "dataset.name=../up"], ["dataset.name='../up'", "starting with a letter or digit"]),
+    (["dataset=images", "dataset.name=a/b"], ["dataset.name='a/b'", "at most 64 characters"]),
+    (["dataset=images", "dataset.name=" + "x" * 65], ["dataset.name='xxxx", "at most 64 characters"]),
+    (
+        ["dataset=images", "dataset.name=flowers", "data.source=tfds"],
+        ["dataset.tfds_name=None", "data.source=tfds needs the TFDS builder name", "data.source=directory"],
+    ),
+    (["dataset=images", "dataset.name=x", "dataset.channels=4"], ["dataset.channels=4", "allowed: 1, 3"]),
     (
         ["model=resnet50"],
         ["model='resnet50'", "config group 'model'", "allowed: cnn, embedding_gap, nbsvm, ngram_bag, resnet"],

@@ -37,7 +37,7 @@ def _serve(saved_dir, **inputs):
 
 def test_resnet_exports_raw_uint8_and_its_flip_tta_is_mirror_invariant(tmp_path):
     cfg = _cfg("model=resnet", "model.filters=[8,16]")
-    model = models.build_model(cfg, num_classes=10)
+    model = models.build_model(cfg, num_classes=10, normalization={"mean": [0.5] * 3, "std": [0.25] * 3})
     assert model.inputs[0].dtype == "uint8" and tuple(model.inputs[0].shape) == (None, 32, 32, 3)
     images = _images(3)
     probs = model.predict(images, verbose=0)

@@ -84,6 +84,7 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
             return 1 if result.verdict == audit.DIFFERS_VERDICT else 0
         items = audit.check(args.run_id, root, args.tracking_uri)
         print(audit.format_table(items) + audit.registry_line(args.run_id, root, args.tracking_uri))
+        print(audit.warm_start_line(args.run_id, root, args.tracking_uri), end="")
         print(
             "ALL MATCH"
             if audit.ok(items)

@@ -4,7 +4,15 @@ registries (`distribute.STRATEGY_BUILDERS`, `models.MODEL_BUILDERS`, `data.input
 
 from __future__ import annotations
 
-DATASETS = ("cifar10", "imdb")
+DATASETS = (
+    "cifar10",
+    "imdb",
+)  # built in (conf/dataset/<name>.yaml); own data: dataset=images|texts, any name
+# dataset.name: names folders, runs and the registered model, so a safe identifier (no '/', spaces or '..')
+DATASET_NAME_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+DATASET_NAME_RULE = (
+    "letters, digits, '_', '-' and '.', starting with a letter or digit, at most 64 characters"
+)
 MODALITIES = ("image", "text")
 IMAGE_MODELS = ("cnn", "resnet")
 TEXT_MODELS = ("embedding_gap", "ngram_bag", "nbsvm")

@@ -66,6 +66,7 @@ def run_train(cfg: Config, root: Path):
     digest = data.manifest_digest(prepared)
     prov = provenance.collect(root)
 
+    init_weights, init_tags = _warm_start_source(cfg, root)  # before the run opens: a bad source is one line
     workdir = WorkDir(model_dir(cfg, root))
     fingerprint = training_fingerprint(cfg, digest)
     resume_run_id = workdir.prepare(fingerprint) if chief else None  # the interrupted training's run
@@ -75,19 +76,43 @@ def run_train(cfg: Config, root: Path):
             workdir.mark_started(fingerprint, run.run_id)
         run.log_params(cfg.flat())
         run.log_config(cfg.to_dict())
-        run.set_tags(tracking.run_tags(cfg, None, digest, prov))
+        run.set_tags({**tracking.run_tags(cfg, None, digest, prov), **init_tags})
         run.log_dataset(manifest, digest, prepared, context="train")
         _log_data_report(run, prepared)
         hooks = tuning_hooks(
             cfg.train.epochs
         )  # a tuner's trial reports its epochs to the study (TFPIPE_TUNE_TRIAL)
-        result = training.train(cfg, prepared_dir=prepared, output_dir=workdir.path, sink=run, hooks=hooks)
+        result = training.train(
+            cfg,
+            prepared_dir=prepared,
+            output_dir=workdir.path,
+            sink=run,
+            hooks=hooks,
+            init_weights=init_weights,
+        )
         if not chief:  # only the chief writes the run, metrics, plots and state; workers used scratch dirs
             return result
         _log_training(run, cfg, result, workdir, root, prepared, manifest, digest, prov)
         # last: a full disk or a failed upload before this leaves the run to resume (at its final step)
         workdir.mark_complete(fingerprint, result.weights_sha256)
     return result
+
+
+def _warm_start_source(cfg: Config, root: Path) -> tuple:
+    """train.init_from -> ({weight path: array}, init.* tags), or (None, {}) when training from scratch."""
+    if not cfg.train.init_from:
+        return None, {}
+    import tempfile
+
+    from tfpipe.models import warmstart
+    from tfpipe.tracking import warmstart as sources
+
+    with tempfile.TemporaryDirectory(prefix="tfpipe-init-") as tmp:
+        local, tags = sources.resolve(cfg.train.init_from, cfg.tracking, root, Path(tmp))
+        weights = warmstart.read_source(
+            local if local.is_absolute() else root / local, given=tags["init.from"]
+        )
+    return weights, {**tags, "init.sha256": warmstart.digest(weights)}
 
 
 def _log_data_report(run, prepared: Path) -> None:
@@ -122,6 +147,8 @@ def _log_training(
     run.set_tags({f"determinism.{k}": v for k, v in (result.determinism or {}).items()})
     if result.resumed:
         run.set_tags({"tfpipe.resumed_at_step": result.resumed_at_step})
+    if result.warm_start:  # which layers the warm start filled, which kept their fresh initialisation
+        run.set_tags({f"init.layers_{k}": ",".join(v)[:4000] or "-" for k, v in result.warm_start.items()})
     run.log_metrics(_prefixed(result.final_metrics, "final_"), step=len(result.history))
 
     summary = {

@@ -25,6 +25,7 @@ from tfpipe.audit.common import (
     ok,
     registry_line,
     tracking_uri_for,
+    warm_start_line,
 )
 from tfpipe.audit.compare import compare, compare_runs, format_compare
 from tfpipe.audit.rerun import RerunResult, format_rerun, judge, rerun
@@ -49,6 +50,7 @@ __all__ = [
     "judge",
     "ok",
     "registry_line",
+    "warm_start_line",
     "rerun",
     "tracking_uri_for",
 ]

@@ -117,3 +117,17 @@ def registry_line(run_id: str, root, uri: Optional[str] = None) -> str:
         f"{v['name']} version {v['version']} (aliases: {', '.join(v['aliases']) or 'none'})" for v in versions
     ]
     return "registered model: " + ("; ".join(shown) or "none")
+
+
+def warm_start_line(run_id: str, root, uri: Optional[str] = None) -> str:
+    """'warm start: ...' (the source, its run and registered version, which layers it filled) with a newline,
+    or '' for a run trained from scratch."""
+    tags = _load(run_id, tracking_uri_for(Path(root), uri))["tags"]
+    if "init.from" not in tags:
+        return ""
+    source = ", ".join(tags[k] for k in ("init.source_model", "init.source_run") if k in tags)
+    return (
+        f"warm start: {tags['init.from']}{f' ({source})' if source else ''}; layers loaded: "
+        f"{tags.get('init.layers_loaded', '?')}; fresh: {tags.get('init.layers_fresh', '?')}; "
+        f"weights sha256 {tags.get('init.sha256', '?')}\n"
+    )

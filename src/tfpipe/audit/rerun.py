@@ -74,6 +74,11 @@ def _copy_tree_linked(src: Path, dst: Path) -> None:
 def _recorded_run(run_id: str, root: Path, uri: str, tolerance: float) -> dict:
     """The run to re-create, refused in one line when it lacks what a re-run needs."""
     run = _load(run_id, uri)
+    if "init.from" in run["tags"]:  # its source lives in the recorded store, not the re-run's temporary one
+        raise UserError(
+            f"run {run_id} was warm-started (train.init_from={run['tags']['init.from']}): --rerun does not "
+            "re-create warm-started runs yet; `audit RUN_ID` checks its code, data, config and environment"
+        )
     commit = run["tags"].get("git.commit")
     if not commit:
         raise UserError(f"run {run_id}: no git.commit tag recorded; cannot re-create it")

@@ -104,3 +104,16 @@ def registry_name(key: str, name: Optional[str]) -> None:
         raise ConfigError(
             f"{key}={name!r}: not a usable registered model name; no '/', '@', ':' or quote, not empty"
         )
+
+
+def dataset_name(name: Any, tfds_name: Any, source: str) -> None:
+    """dataset.name names folders, runs and the registered model: a safe identifier; TFDS needs a builder."""
+    from tfpipe import choices
+
+    if not isinstance(name, str) or not re.fullmatch(choices.DATASET_NAME_RE, name) or ".." in name:
+        raise ConfigError(f"dataset.name={name!r}: allowed: {choices.DATASET_NAME_RULE}")
+    if source == "tfds" and not tfds_name:
+        raise ConfigError(
+            f"dataset.tfds_name=None: data.source=tfds needs the TFDS builder name of dataset {name!r}; "
+            "for a local class-per-folder tree set data.source=directory"
+        )

@@ -83,6 +83,7 @@ def _typed(section: str, raw: Any):
     node = _stored(section, raw)
     cls = type(OmegaConf.to_object(node))
     _require_mappings(section, cls, raw)
+    _require_values(section, raw)
     try:
         return OmegaConf.to_object(OmegaConf.merge(node, raw))
     except ConfigKeyError as exc:
@@ -103,6 +104,15 @@ def _require_mappings(prefix: str, cls, raw: Any) -> None:
     for key, value in raw.items():
         if dataclasses.is_dataclass(hints.get(key)):
             _require_mappings(f"{prefix}.{key}", hints[key], value)
+
+
+def _require_values(prefix: str, raw: dict) -> None:
+    """A `???` left in conf/ (dataset=images: dataset.name): OmegaConf's merge would keep the schema default."""
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            _require_values(f"{prefix}.{key}", value)
+        elif value == "???":
+            raise ConfigError(f"{prefix}.{key}: required, no value given; set it, e.g. {prefix}.{key}=VALUE")
 
 
 def _class_at(cls, parts: list):

@@ -19,7 +19,7 @@ from tfpipe.errors import ConfigError
 class DatasetConfig:
     name: str = "cifar10"
     modality: str = "image"
-    tfds_name: str = "cifar10"
+    tfds_name: Optional[str] = "cifar10"  # None: no TFDS builder (own data: data.source=directory)
     image_size: Optional[List[int]] = None
     channels: Optional[int] = None
     max_tokens: Optional[int] = None
@@ -27,7 +27,7 @@ class DatasetConfig:
     standardize: Optional[str] = None  # text only: choices.STANDARDIZERS
 
     def check(self, cfg) -> None:
-        choice("dataset.name", self.name, choices.DATASETS)
+        checks.dataset_name(self.name, self.tfds_name, cfg.data.source)
         choice("dataset.modality", self.modality, choices.MODALITIES)
         if self.modality == "image":
             size = self.image_size

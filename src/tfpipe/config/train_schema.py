@@ -49,6 +49,7 @@ class TrainConfig:
     shuffle_buffer: int = 10000
     cache: bool = True
     label_smoothing: float = 0.0
+    init_from: Optional[str] = None  # warm start: runs:/ID/model, models:/NAME@ALIAS|/VERSION or a local path
     checkpoint_every_steps: int = 500
     max_checkpoints_to_keep: int = 3
     log_every_steps: int = 50

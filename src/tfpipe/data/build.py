@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from tfpipe.data import sources
+from tfpipe.data.normalization import ChannelMoments
 from tfpipe.data.manifest import (
     FORMAT_VERSION,
     SPLITS,
@@ -61,9 +62,12 @@ def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool, reference
     bar = tqdm(total=source.planned, disable=not progress, unit="ex", desc=f"prepare {ds_cfg.name}",
                dynamic_ncols=True, mininterval=0.1 if sys.stderr.isatty() else 10.0)
     collector = _collector(cfg, source)
+    moments = ChannelMoments(_feature(ds_cfg)["shape"]) if modality == "image" else None
     try:
         for split, value, label, *name in source.stream(bad):  # (split, value, label[, file name])
             writers[split].write(encode_example(key, value, label))
+            if moments is not None and split == "train":
+                moments.add(value)
             if collector is not None:
                 collector.add(split, value, label, name[0] if name else None)
             bar.update(1)
@@ -81,7 +85,8 @@ def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool, reference
             where = cfg.data.path if cfg.data.source == "directory" else f"tfds {ds_cfg.tfds_name}"
             raise DataError(f"{where}: no usable examples in the {split} split "
                             f"({bad.count} bad files skipped); expected at least one")
-    manifest = _finish_manifest(cfg, source, tmp, key, shards, counts, bad)
+    normalization = None if moments is None else {"split": "train", "scale": "0..1", **moments.result()}
+    manifest = _finish_manifest(cfg, source, tmp, key, shards, counts, bad, normalization)
     if collector is not None:
         _write_report(tmp, collector, manifest, found, dropped, reference)
     return manifest
@@ -131,8 +136,9 @@ def _feature(ds_cfg) -> dict:
     return {"dtype": "string", "shape": []}
 
 
-def _finish_manifest(cfg, source, tmp: Path, key: str, shards: dict, counts: dict, bad) -> dict:
-    """The vocabulary (text) and the manifest of the written shards."""
+def _finish_manifest(cfg, source, tmp: Path, key: str, shards: dict, counts: dict, bad, normalization) -> dict:
+    """The vocabulary (text) and the manifest of the written shards (`normalization`: images' per-channel
+    mean/std of the train split, None for texts)."""
     ds_cfg = cfg.dataset
     modality = ds_cfg.modality
     vocab_file = vocab_size = standardize = None
@@ -153,6 +159,7 @@ def _finish_manifest(cfg, source, tmp: Path, key: str, shards: dict, counts: dic
         "feature_spec": {key: feature, "label": {"dtype": "int64", "shape": []}},
         "class_names": list(source.class_names),
         "num_classes": len(source.class_names),
+        "normalization": normalization,
         "splits": {split: {"num_examples": counts[split], "shards": shards[split]} for split in SPLITS},
         "vocab_file": vocab_file,
         "vocab_size": vocab_size,

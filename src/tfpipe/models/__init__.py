@@ -32,11 +32,11 @@ __all__ = [
 ]
 
 MODEL_BUILDERS: Dict[str, Callable[..., keras.Model]] = {
-    "cnn": lambda cfg, num_classes, vocab_size: build_cnn(cfg, num_classes),
-    "embedding_gap": lambda cfg, num_classes, vocab_size: build_embedding_gap(cfg, num_classes, vocab_size),
-    "resnet": lambda cfg, num_classes, vocab_size: build_resnet(cfg, num_classes),
-    "ngram_bag": lambda cfg, num_classes, vocab_size: build_ngram_bag(cfg, num_classes, vocab_size),
-    "nbsvm": lambda cfg, num_classes, vocab_size: build_nbsvm(cfg, num_classes, vocab_size),
+    "cnn": lambda cfg, num_classes, vocab_size, norm: build_cnn(cfg, num_classes),
+    "embedding_gap": lambda cfg, num_classes, vocab_size, norm: build_embedding_gap(cfg, num_classes, vocab_size),
+    "resnet": lambda cfg, num_classes, vocab_size, norm: build_resnet(cfg, num_classes, norm),
+    "ngram_bag": lambda cfg, num_classes, vocab_size, norm: build_ngram_bag(cfg, num_classes, vocab_size),
+    "nbsvm": lambda cfg, num_classes, vocab_size, norm: build_nbsvm(cfg, num_classes, vocab_size),
 }
 
 
@@ -48,12 +48,15 @@ def fit_to_train_split(model: keras.Model, model_cfg, batches, num_classes: int)
     return None
 
 
-def build_model(cfg, num_classes: int, vocab_size: Optional[int] = None) -> keras.Model:
+def build_model(
+    cfg, num_classes: int, vocab_size: Optional[int] = None, normalization: Optional[dict] = None
+) -> keras.Model:
     """cfg.model.name -> a keras.Model on the training input (uint8 images / int token ids),
-    built under the current dtype policy and (if any) the current strategy scope."""
+    built under the current dtype policy and (if any) the current strategy scope. `normalization`: the
+    manifest's per-channel {"mean", "std"} of the train split (resnet normalises with it)."""
     builder = MODEL_BUILDERS.get(cfg.model.name)
     if builder is None:
         raise ValueError(f"model.name={cfg.model.name!r}: unknown model; valid names: {', '.join(MODEL_BUILDERS)}")
     if num_classes < 2:
         raise ValueError(f"num_classes={num_classes!r}: need at least 2 classes")
-    return builder(cfg, int(num_classes), vocab_size)
+    return builder(cfg, int(num_classes), vocab_size, normalization)

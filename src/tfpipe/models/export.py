@@ -18,6 +18,7 @@ import keras
 import tensorflow as tf
 
 from tfpipe import files
+from tfpipe.models.warmstart import WEIGHTS_FILE, save_weights_by_path
 
 CLASS_NAMES_ASSET = "class_names.txt"
 SIGNATURE = "serving_default"
@@ -96,6 +97,7 @@ def _export_saved_model(
         module.serve = serve
         out = staging / "saved_model"
         tf.saved_model.save(module, str(out), signatures={SIGNATURE: serve.get_concrete_function()})
+        save_weights_by_path(model, out / WEIGHTS_FILE)  # what a warm start (train.init_from) reads
         files.seal(out)  # written last, checked at load (evaluation.check_complete)
         _replace_dir(out, export_dir)
     finally:

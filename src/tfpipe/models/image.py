@@ -32,11 +32,6 @@ def build_cnn(cfg, num_classes: int) -> keras.Model:
 
 # ----------------------------------------------------------------------------- the fast-CIFAR ResNet
 
-# CIFAR-10 train-set channel statistics on the [0, 1] scale (the usual constants of fast-CIFAR code).
-CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR_STD = (0.2470, 0.2435, 0.2616)
-
-
 class RandomFlipCrop(layers.Layer):
     """Training-only augmentation on uint8 images: a random horizontal flip and a random crop of the
     image reflect-padded by `pad` pixels (per example). Identity at inference, so serving is unchanged."""
@@ -112,12 +107,13 @@ def _conv_bn(x, filters: int, name: str, pool: bool = False):
     return layers.Activation("relu", name=f"{name}_relu")(x)
 
 
-def build_resnet(cfg, num_classes: int) -> keras.Model:
+def build_resnet(cfg, num_classes: int, normalization: dict) -> keras.Model:
     """A small residual network in the fast-CIFAR style (Page's ResNet-9, Jordan's airbench):
     stem conv3x3(filters[0]); per further entry of model.filters a block conv3x3 -> maxpool -> BN -> ReLU
     followed by a residual conv3x3 -> BN -> ReLU; global max pooling; the classifier head
     (model.dense_units=0: logits straight from the pooled features) with a float32 softmax.
-    Preprocessing stays inside the model: uint8 in, scaling and CIFAR mean/std normalisation;
+    Preprocessing stays inside the model: uint8 in, scaling and normalisation by `normalization` (the
+    train split's per-channel mean/std that prepare stored in the manifest);
     model.augment adds RandomFlipCrop (training only), model.tta_flip averages the prediction over
     the image and its mirror at inference (evaluation and the exported SavedModel)."""
     height, width = cfg.dataset.image_size
@@ -131,8 +127,12 @@ def build_resnet(cfg, num_classes: int) -> keras.Model:
     if tta:
         x = FlipTTAExpand(name="tta_expand")(x)
     x = layers.Rescaling(1.0 / 255.0, name="rescale")(x)
-    if channels == 3:
-        x = layers.Normalization(mean=list(CIFAR_MEAN), variance=[s * s for s in CIFAR_STD], name="normalize")(x)
+    if not normalization:
+        raise ValueError("resnet: needs the train split's per-channel mean/std (the manifest's normalization)")
+    mean, std = list(normalization["mean"]), list(normalization["std"])
+    if len(mean) != channels or len(std) != channels:
+        raise ValueError(f"normalization: {len(mean)} channel means for {channels}-channel images")
+    x = layers.Normalization(mean=mean, variance=[s * s for s in std], name="normalize")(x)
     x = _conv_bn(x, filters[0], "stem")
     for i, f in enumerate(filters[1:], start=1):
         x = _conv_bn(x, f, f"block{i}", pool=min(x.shape[1], x.shape[2]) >= 2)

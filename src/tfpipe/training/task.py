@@ -35,6 +35,7 @@ class InputSpec:
     vocab_tokens: Optional[List[str]] = None
     sequence_length: Optional[int] = None
     standardize: Optional[str] = None  # how the vocabulary's text was standardised (the manifest's)
+    normalization: Optional[dict] = None  # images: the train split's per-channel mean/std (the manifest's)
 
     @property
     def vocab_size(self) -> Optional[int]:
@@ -62,6 +63,12 @@ def read_input_spec(cfg, manifest: dict, prepared_dir: Path) -> InputSpec:
     )
     if modality == "image":
         spec.image_shape = _image_shape(cfg, manifest, prepared_dir)
+        spec.normalization = manifest.get("normalization")
+        if cfg.model.name == "resnet" and not spec.normalization:
+            raise DataError(
+                f"{prepared_dir}: the manifest has no normalisation statistics (prepared by an older tfpipe), "
+                "which model resnet needs; run prepare again"
+            )
     else:
         _read_text_spec(cfg, manifest, prepared_dir, spec)
     return spec
@@ -125,7 +132,12 @@ class Task:
         return cls(cfg, prepared_dir, read_input_spec(cfg, manifest, Path(prepared_dir)), global_batch)
 
     def build_model(self) -> keras.Model:
-        return build_model(self.cfg, self.spec.num_classes, vocab_size=self.spec.vocab_size)
+        return build_model(
+            self.cfg,
+            self.spec.num_classes,
+            vocab_size=self.spec.vocab_size,
+            normalization=self.spec.normalization,
+        )
 
     def build_loss(self) -> keras.losses.Loss:
         return keras.losses.CategoricalCrossentropy(

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from tfpipe import determinism, distribute, monitoring, precision
 from tfpipe.hooks import CheckpointHook, Hook, MetricsSink, SinkHook
+from tfpipe.models import warmstart
 from tfpipe.training.loop import Loop, Schedule
 from tfpipe.training.optim import lr_scale
 from tfpipe.training.preemption import stop_hook
@@ -49,21 +50,31 @@ class TrainResult:
     )
     determinism: Dict[str, Any] = field(default_factory=dict)  # determinism.setup() settings in force
     workdir: Optional[WorkDir] = None  # the work directory (files of the newest checkpoint, ...)
+    warm_start: Optional[dict] = None  # {"loaded": [...], "fresh": [...]} layers when init_weights was given
 
 
 def train(
-    cfg, *, prepared_dir, output_dir, sink: Optional[MetricsSink] = None, hooks: Sequence[Hook] = ()
+    cfg,
+    *,
+    prepared_dir,
+    output_dir,
+    sink: Optional[MetricsSink] = None,
+    hooks: Sequence[Hook] = (),
+    init_weights: Optional[dict] = None,
 ) -> TrainResult:
     """Train cfg.model on the prepared TFRecords, checkpointing into output_dir/checkpoints and exporting
     output_dir/saved_model; resumes from the newest checkpoint there if any. `hooks`: more `tfpipe.hooks.Hook`s,
-    called after the built-in ones (as Lightning callbacks are)."""
+    called after the built-in ones (as Lightning callbacks are). `init_weights`: a warm start's {weight path:
+    array} (tfpipe.models.warmstart), applied to the matching layers before a checkpoint restores the rest."""
     distribute.configure_devices(cfg.strategy)  # logical CPUs: before anything initialises TF's devices
     settings = determinism.setup(cfg.train.seed, cfg.train.deterministic)
     with precision.policy_scope(cfg.precision) as policy:
         strategy = distribute.build_strategy(cfg.strategy)
         global_batch = cfg.train.batch_size_per_replica * strategy.num_replicas_in_sync
         task = Task.from_prepared(cfg, Path(prepared_dir), global_batch)
-        result = _train(cfg, task, strategy, policy, WorkDir(Path(output_dir)), sink, list(hooks))
+        result = _train(
+            cfg, task, strategy, policy, WorkDir(Path(output_dir)), sink, list(hooks), init_weights
+        )
     result.determinism = settings
     return result
 
@@ -77,7 +88,21 @@ def _steps_per_epoch(tc, task: Task, runner) -> int:
     return max(micro // tc.grad_accumulation_steps, 1)
 
 
-def _train(cfg, task: Task, strategy, policy: str, workdir: WorkDir, sink, extra_hooks: list) -> TrainResult:
+def _final_metrics(history: list, runner) -> dict:
+    if not history:  # resumed a finished run whose history file is gone: score validation again
+        return runner.evaluate()
+    last = history[-1]
+    return {
+        "train_loss": last["epoch_train_loss"],
+        "train_accuracy": last["epoch_train_accuracy"],
+        "val_loss": last["val_loss"],
+        "val_accuracy": last["val_accuracy"],
+    }
+
+
+def _train(
+    cfg, task, strategy, policy: str, workdir: WorkDir, sink, extra_hooks: list, init_weights
+) -> TrainResult:
     tc = cfg.train
     runner = build_runner(strategy, task)
     steps_per_epoch = _steps_per_epoch(tc, task, runner)
@@ -85,6 +110,7 @@ def _train(cfg, task: Task, strategy, policy: str, workdir: WorkDir, sink, extra
         task, strategy, policy=policy, steps_per_epoch=steps_per_epoch, lr_scale=lr_scale(tc, runner.replicas)
     )
     task.fit_to_train_split(steps.model)  # before a checkpoint restores the rest
+    warm = warmstart.apply(steps.model, init_weights) if init_weights else None  # a checkpoint wins on resume
     chief = strategy.extended.should_checkpoint
     resumed = workdir.open_checkpoints(steps.checkpoint, chief=chief, max_to_keep=tc.max_checkpoints_to_keep)
     step, start_epoch, start_epoch_step = steps.counters()
@@ -105,16 +131,7 @@ def _train(cfg, task: Task, strategy, policy: str, workdir: WorkDir, sink, extra
     )
     done = Loop(runner, steps, hooks, schedule).fit(start_epoch, start_epoch_step, step)
     history = workdir.history
-    if history:
-        last = history[-1]
-        final = {
-            "train_loss": last["epoch_train_loss"],
-            "train_accuracy": last["epoch_train_accuracy"],
-            "val_loss": last["val_loss"],
-            "val_accuracy": last["val_accuracy"],
-        }
-    else:  # resumed a finished run whose history file is gone: score validation again
-        final = runner.evaluate()
+    final = _final_metrics(history, runner)
     task.export(steps.model, workdir.export_dir)
     workdir.close()
     return TrainResult(
@@ -134,4 +151,5 @@ def _train(cfg, task: Task, strategy, policy: str, workdir: WorkDir, sink, extra
         resumed_at_step=resumed_at_step,
         weights_sha256=determinism.weights_sha256(steps.model),
         workdir=workdir,
+        warm_start=warm,
     )
