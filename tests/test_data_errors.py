@@ -76,6 +76,13 @@ def test_no_class_folders(tmp_path, make_config):
     _fails(_cfg(make_config, tmp_path / "src"), str(tmp_path / "src" / "train"), "no class folders")
 
 
+def test_one_class_folder(image_copy, make_config):
+    for split in ("train", "test"):
+        for name in ("green", "red"):
+            shutil.rmtree(image_copy / split / name)
+    _fails(_cfg(make_config, image_copy), str(image_copy / "train"), "only one class folder (blue)", "at least two")
+
+
 def test_empty_class_folder(image_copy, make_config):
     for f in (image_copy / "test" / "green").iterdir():
         f.unlink()
