@@ -112,9 +112,24 @@ BAD_OVERRIDES = [
         ["dataset.tfds_name=None", "data.source=tfds needs the TFDS builder name", "data.source=directory"],
     ),
     (["dataset=images", "dataset.name=x", "dataset.channels=4"], ["dataset.channels=4", "allowed: 1, 3"]),
+    # keras.applications backbones
+    (["model=mobilenet_v3_small", "model.pretrained=imagnet"], ["model.pretrained='imagnet'", "imagenet"]),
+    (
+        ["dataset=images", "dataset.name=x", "dataset.channels=1", "model=efficientnet_b0"],
+        ["dataset.channels=1", "model 'efficientnet_b0' takes RGB images; allowed: 3"],
+    ),
+    (
+        ["model=mobilenet_v3_small", "dataset.image_size=[24,24]"],
+        ["dataset.image_size=[24, 24]", "at least 32x32"],
+    ),
+    (["dataset=imdb", "model=efficientnet_b0"], ["model.name='efficientnet_b0'", "is not a text model"]),
     (
         ["model=resnet50"],
-        ["model='resnet50'", "config group 'model'", "allowed: cnn, embedding_gap, nbsvm, ngram_bag, resnet"],
+        [
+            "model='resnet50'",
+            "config group 'model'",
+            "allowed: cnn, efficientnet_b0, embedding_gap, mobilenet_v3_small",
+        ],
     ),
     (["strategy=tpu_pod"], ["strategy='tpu_pod'", "did you mean 'tpu'", "allowed: auto, central_storage"]),
     (

@@ -80,7 +80,12 @@ def test_one_class_folder(image_copy, make_config):
     for split in ("train", "test"):
         for name in ("green", "red"):
             shutil.rmtree(image_copy / split / name)
-    _fails(_cfg(make_config, image_copy), str(image_copy / "train"), "only one class folder (blue)", "at least two")
+    _fails(
+        _cfg(make_config, image_copy),
+        str(image_copy / "train"),
+        "only one class folder (blue)",
+        "at least two",
+    )
 
 
 def test_empty_class_folder(image_copy, make_config):

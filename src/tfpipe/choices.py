@@ -14,7 +14,9 @@ DATASET_NAME_RULE = (
     "letters, digits, '_', '-' and '.', starting with a letter or digit, at most 64 characters"
 )
 MODALITIES = ("image", "text")
-IMAGE_MODELS = ("cnn", "resnet")
+BACKBONES = ("mobilenet_v3_small", "efficientnet_b0")  # keras.applications networks under our classifier head
+IMAGE_MODELS = ("cnn", "resnet", *BACKBONES)
+PRETRAINED = ("imagenet",)  # model.pretrained of a backbone (null: random initialisation)
 TEXT_MODELS = ("embedding_gap", "ngram_bag", "nbsvm")
 MODELS = IMAGE_MODELS + TEXT_MODELS
 STRATEGIES = (

@@ -60,7 +60,7 @@ class ModelConfig:
                 f"model.name={self.name!r}: is not a {modality} model, but dataset {cfg.dataset.name!r} is "
                 f"{modality}; allowed: {', '.join(wanted)}"
             )
-        if self.name in ("resnet", "ngram_bag", "nbsvm"):  # 0: no hidden dense layer in the head
+        if self.name in ("resnet", "ngram_bag", "nbsvm", *choices.BACKBONES):  # 0: no hidden dense layer
             non_negative("model.dense_units", self.dense_units)
         else:
             positive("model.dense_units", self.dense_units)
@@ -149,6 +149,9 @@ MODEL_SCHEMAS = {
     "ngram_bag": NgramBagConfig,
     "nbsvm": NbsvmConfig,
 }
+from tfpipe.config.backbone_schema import BackboneConfig  # noqa: E402 - subclasses ModelConfig above
+
+MODEL_SCHEMAS.update(dict.fromkeys(choices.BACKBONES, BackboneConfig))
 
 
 @dataclass

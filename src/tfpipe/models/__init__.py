@@ -10,6 +10,7 @@ from typing import Callable, Dict, Optional
 
 import keras
 
+from tfpipe.models.backbones import APPLICATIONS, build_backbone
 from tfpipe.models.export import export_saved_model, load_class_names
 from tfpipe.models.image import build_cnn, build_resnet
 from tfpipe.models.text import (
@@ -37,6 +38,7 @@ MODEL_BUILDERS: Dict[str, Callable[..., keras.Model]] = {
     "resnet": lambda cfg, num_classes, vocab_size, norm: build_resnet(cfg, num_classes, norm),
     "ngram_bag": lambda cfg, num_classes, vocab_size, norm: build_ngram_bag(cfg, num_classes, vocab_size),
     "nbsvm": lambda cfg, num_classes, vocab_size, norm: build_nbsvm(cfg, num_classes, vocab_size),
+    **dict.fromkeys(APPLICATIONS, lambda cfg, num_classes, vocab_size, norm: build_backbone(cfg, num_classes)),
 }
 
 
