@@ -79,6 +79,7 @@ def _by_name(items):
     return {item.name: item for item in items}
 
 
+@pytest.mark.slow
 def test_untouched_project_passes_the_check(audited):
     project, run_a, _ = audited
     proc = _cli("pipeline.audit", run_a, cwd=project)
@@ -90,6 +91,7 @@ def test_untouched_project_passes_the_check(audited):
     assert "ALL MATCH" in proc.stdout
 
 
+@pytest.mark.slow
 def test_unknown_run_id_is_bad_input(audited):
     project, _, _ = audited
     proc = _cli("pipeline.audit", "0123456789abcdef0123456789abcdef", cwd=project)
@@ -97,6 +99,7 @@ def test_unknown_run_id_is_bad_input(audited):
     assert "audit: error:" in proc.stderr and "not found" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_changed_shard_is_a_data_difference(audited):
     project, run_a, _ = audited
     shard = sorted((project / "data" / "prepared" / "cifar10").rglob("*.tfrecord*"))[0]
@@ -112,6 +115,7 @@ def test_a_changed_shard_is_a_data_difference(audited):
         shard.write_bytes(original)
 
 
+@pytest.mark.slow
 def test_edited_params_are_a_config_and_code_difference(audited):
     project, run_a, _ = audited
     params = project / "params.yaml"
@@ -128,6 +132,7 @@ def test_edited_params_are_a_config_and_code_difference(audited):
         params.write_text(original)
 
 
+@pytest.mark.slow
 def test_a_different_package_version_is_an_environment_difference(audited):
     from tfpipe import provenance
 
@@ -147,6 +152,7 @@ def test_a_different_package_version_is_an_environment_difference(audited):
     assert items["env.all_packages"].status == audit.DIFFERS and "keras" in items["env.all_packages"].detail
 
 
+@pytest.mark.slow
 def test_compare_lists_differing_params_and_metrics(audited):
     project, run_a, run_b = audited
     proc = _cli("pipeline.compare", run_a, run_b, cwd=project)

@@ -75,6 +75,7 @@ def test_stage_env_keeps_the_allowlist_and_drops_credentials():
     assert stage_env(env, ("GITHUB_TOKEN",))["GITHUB_TOKEN"] == "x"
 
 
+@pytest.mark.slow
 def test_a_diff_editing_a_stage_command_never_runs_it(project, tmp_path):
     repo, commit = project
     marker = tmp_path / "MARKER"
@@ -90,6 +91,7 @@ def test_a_diff_editing_a_stage_command_never_runs_it(project, tmp_path):
     assert "dvc.yaml" in proc.stderr and "refused" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_diff_making_params_a_symlink_is_refused(project, tmp_path):
     repo, commit = project
     outside = tmp_path / "outside"
@@ -106,6 +108,7 @@ def test_a_diff_making_params_a_symlink_is_refused(project, tmp_path):
     assert list(outside.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_diff_on_a_clean_tagged_run_is_refused(project, tmp_path):
     repo, commit = project
     diff = _diff(repo, lambda r: (r / "notes.txt").write_text("new\n"))
@@ -114,6 +117,7 @@ def test_a_diff_on_a_clean_tagged_run_is_refused(project, tmp_path):
     assert not (tmp_path / "env.txt").exists()
 
 
+@pytest.mark.slow
 def test_a_dirty_run_needs_apply_diff(project, tmp_path):
     repo, commit = project
     diff = _diff(repo, lambda r: (r / "notes.txt").write_text("new\n"))
@@ -122,6 +126,7 @@ def test_a_dirty_run_needs_apply_diff(project, tmp_path):
     assert not (tmp_path / "env.txt").exists()
 
 
+@pytest.mark.slow
 def test_trusted_ref_refuses_a_commit_it_does_not_contain(project, tmp_path):
     repo, _ = project
     _sh(repo, "git", "checkout", "-qb", "side")
@@ -133,6 +138,7 @@ def test_trusted_ref_refuses_a_commit_it_does_not_contain(project, tmp_path):
     assert not (tmp_path / "env.txt").exists()
 
 
+@pytest.mark.slow
 def test_the_stages_do_not_see_credentials(project, tmp_path):
     """The forged run has no train stage, so the rerun stops after prepare: prepare's env is what we read."""
     repo, commit = project

@@ -85,6 +85,7 @@ def test_train_stops_on_a_damaged_shard_naming_it(capsys, project, prepared_copy
     assert not (project / "metrics").exists()
 
 
+@pytest.mark.slow
 def test_train_process_stops_on_an_altered_shard(project, prepared_copy):
     """The same through a real `python -m pipeline.train` (as `dvc repro` runs it)."""
     shard = _shard(prepared_copy, "test", 0)

@@ -27,6 +27,7 @@ def _run(args, cwd=ROOT):
         ("pipeline.promote", "promote", ["abc", "--alias", "a b"]),
     ],
 )
+@pytest.mark.slow
 def test_console_script_and_module_fail_alike(module, subcommand, args):
     by_module = _run([sys.executable, "-m", module, *args])
     by_script = _run([sys.executable, "-m", "tfpipe.cli", subcommand, *args])

@@ -201,6 +201,7 @@ def _deterministic_stream_stderr(prepared_dir, modality: str) -> str:
     return proc.stderr
 
 
+@pytest.mark.slow
 def test_the_train_stream_keeps_its_parallel_map_and_prefetch_under_op_determinism(prepared_image):
     """Issue 17 item 5: the epochs' shuffles were built inside a `flat_map` function, where tf.data makes each a
     stateful DummySeedGenerator op; TensorFlow's op-determinism rewrite (grappler make_deterministic) then made

@@ -58,6 +58,7 @@ def _extract_subset(archive: Path, pattern: str, per_class: dict, dest: Path) ->
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow
 def test_real_subset_prepares(name, tmp_path, make_config):
     archive_name, pattern, per_class, overrides = CASES[name]
     archive = SHARED / archive_name

@@ -411,6 +411,7 @@ def test_evaluate_reports_dedup_accuracy_only_when_test_examples_leak(image_repo
 # ----------------------------------------------------------------------------- DVC: metrics/data.json
 
 
+@pytest.mark.slow
 def test_dvc_repro_writes_the_data_metrics_and_status_is_clean(image_trees, tmp_path):
     from test_pipeline_e2e import copy_project
 
@@ -475,6 +476,7 @@ def _env(project: Path) -> dict:
 # ----------------------------------------------------------------------------- MLflow: the run carries the report
 
 
+@pytest.mark.slow
 def test_train_logs_the_report_and_evaluate_the_dedup_accuracy(image_reports, tmp_path, monkeypatch):
     import mlflow
     from mlflow import MlflowClient

@@ -50,6 +50,7 @@ def test_deterministic_is_a_validated_config_field(make_config):
         make_config("train.deterministic=maybe")
 
 
+@pytest.mark.slow
 def test_two_runs_of_the_same_config_give_bit_identical_weights_and_metrics(
     prepared_image, make_config, tmp_path
 ):

@@ -145,6 +145,7 @@ def test_bad_preset_values_are_refused_in_one_line():
         _cfg("precision.policy=fastest")
 
 
+@pytest.mark.slow
 def test_cifar10_fast_preset_trains_two_steps(prepared_image, tmp_path):
     cfg = _cfg(
         "experiment=cifar10_fast",
@@ -208,6 +209,7 @@ def test_nb_ratios_are_the_smoothed_log_count_ratios():
     assert probs[0, 1] > 0.5 > probs[1, 1]
 
 
+@pytest.mark.slow
 def test_imdb_fast_preset_trains_two_steps_and_serves_raw_strings(text_dir, tmp_path):
     from conftest import prepare_tree
 

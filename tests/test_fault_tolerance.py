@@ -51,6 +51,7 @@ class SignalAtStep:
 
 
 @pytest.mark.parametrize("stop_at", [7, 10])  # mid-epoch (epoch 1, batch 2) and exactly at an epoch end
+@pytest.mark.slow
 def test_sigterm_checkpoints_the_step_and_the_resumed_run_is_bit_identical(prepared_image, tmp_path, stop_at):
     cfg = _cfg("train.epochs=3", "train.log_every_steps=1", "train.checkpoint_every_steps=100")
     reference = training.train(

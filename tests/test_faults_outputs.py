@@ -170,6 +170,7 @@ def _eval_fields(np) -> dict:
     )
 
 
+@pytest.mark.slow
 def test_a_full_artifact_store_fails_the_run_in_one_line_with_the_reason_as_a_tag(
     small_disk, tmp_path, make_config, monkeypatch
 ):

@@ -122,6 +122,7 @@ def _traced_steps(path) -> list:
     return sorted(steps)
 
 
+@pytest.mark.slow
 def test_mixed_float16_logs_the_loss_scale_and_histograms_can_be_off(prepared_image, tmp_path):
     log_dir = tmp_path / "tb-elsewhere"
     cfg = _cfg(
@@ -184,6 +185,7 @@ def test_config_defaults(make_config):
         make_config("train.histogram_every_epochs=-1")
 
 
+@pytest.mark.slow
 def test_train_stage_logs_the_tensorboard_dir_to_mlflow(prepared_image, tmp_path, monkeypatch):
     import mlflow
     from mlflow import MlflowClient

@@ -128,6 +128,7 @@ print(json.dumps(rows))
 """
 
 
+@pytest.mark.slow
 def test_tensorflow_grpc_server_binds_every_interface_whatever_the_cluster_spec_says():
     """The README's statement, checked on the installed TensorFlow: a task whose cluster address is
     127.0.0.1 still listens on the wildcard address (grpc_server_lib.cc binds "0.0.0.0:<port>"). When a

@@ -80,6 +80,7 @@ def _client(project: Path):
     return MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
 
 
+@pytest.mark.slow
 def test_own_photos_train_under_their_name_with_their_statistics(tmp_path, monkeypatch):
     project = tmp_path / "project"
     project.mkdir()
@@ -118,6 +119,7 @@ def test_the_resnet_normalises_with_the_statistics_it_is_given():
         models.build_model(cfg, num_classes=2)
 
 
+@pytest.mark.slow
 def test_own_texts_with_three_classes_train_under_their_name(tmp_path, monkeypatch):
     project = tmp_path / "project"
     project.mkdir()

@@ -71,6 +71,7 @@ def test_an_unknown_launcher_is_refused_with_a_did_you_mean(tmp_path):
     _one_line_exit_2(proc, "strategy.launcher='rya': not allowed (did you mean 'ray'?); allowed: local, ray")
 
 
+@pytest.mark.slow
 def test_ray_not_installed_stops_in_one_line_before_any_data_is_read(tmp_path):
     """A `ray` without its Train part on the path (what `pip install ray` without [train] gives): the fix
     is named; the data folder does not exist, so reaching the data would fail differently."""
@@ -92,6 +93,7 @@ def test_the_local_launcher_stays_the_default():
     assert cfg.strategy.launcher == "local" and cfg.strategy.ray_address is None
 
 
+@pytest.mark.slow
 def test_workers_keep_the_drivers_keras(monkeypatch):
     """Ray's TF backend sets TF_USE_LEGACY_KERAS=1 in every worker; tf_keras is not installed, so tf.keras
     would fail there. The worker restores the driver's value (unset -> unset)."""
@@ -327,6 +329,7 @@ def test_without_restarts_a_killed_worker_ends_the_job_with_exit_1(prepared_imag
     assert "[ray] training failed (strategy.max_restarts=0)" in out
 
 
+@pytest.mark.slow
 def test_missing_prepared_data_stops_in_one_line_before_ray_starts(tmp_path, ray_env):
     """The workers would find no prepared data: the driver checks it first (Ray would only start the failing
     workers again), one line, exit 2, and no Ray was started (its temp dir stays empty)."""

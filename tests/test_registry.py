@@ -167,6 +167,7 @@ def _one_error_line(proc) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_promote_command_line(cfg, project, saved_models, prepared_image, capsys):
     from tfpipe import tracking
 

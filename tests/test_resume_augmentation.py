@@ -33,6 +33,7 @@ class SignalAtStep:
             signal.raise_signal(signal.SIGTERM)
 
 
+@pytest.mark.slow
 def test_a_resumed_resnet_with_augmentation_is_bit_identical(prepared_image, tmp_path):
     cfg = config.compose(list(RESNET), config_dir=ROOT / "conf")
     prepared = prepared_image.prepared_dir

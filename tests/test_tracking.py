@@ -606,6 +606,7 @@ def test_sweep_parent_run_nests_the_runs_started_under_it(cfg, project):
     assert "mlflow.parentRunId" not in client.get_run(later.run_id).data.tags
 
 
+@pytest.mark.slow
 def test_two_processes_creating_one_new_sqlite_store_at_once(tmp_path):
     """Without the folder lock one of them fails with 'table ... already exists'."""
     import subprocess

@@ -149,6 +149,7 @@ def test_saved_model_serves_raw_images(image_run, prepared_image):
 # ----------------------------------------------------------------------------- resume
 
 
+@pytest.mark.slow
 def test_resume_continues_at_the_saved_epoch(prepared_image, tmp_path):
     overrides = ("train.lr_schedule.name=cosine", "train.log_every_steps=1")
     first_sink, second_sink = ListSink(), ListSink()
@@ -181,6 +182,7 @@ def test_resume_continues_at_the_saved_epoch(prepared_image, tmp_path):
     assert third.final_metrics == second.final_metrics
 
 
+@pytest.mark.slow
 def test_resume_mid_epoch_skips_the_batches_already_trained(prepared_image, tmp_path):
     cfg = _image_cfg(
         "train.epochs=1",
@@ -203,6 +205,7 @@ def test_resume_mid_epoch_skips_the_batches_already_trained(prepared_image, tmp_
     assert [s for s, _ in sink.rows("train_loss")] == list(range(3, IMAGE_STEPS + 1))
 
 
+@pytest.mark.slow
 def test_resume_with_another_model_is_a_clear_error(prepared_image, tmp_path):
     training.train(
         _image_cfg("train.epochs=1", "train.steps_per_epoch=1"),
@@ -223,6 +226,7 @@ def test_resume_with_another_model_is_a_clear_error(prepared_image, tmp_path):
 
 
 @pytest.mark.parametrize("policy", PRECISIONS)
+@pytest.mark.slow
 def test_every_precision_trains_and_exports_float32(policy, prepared_image, tmp_path, recwarn):
     cfg = _image_cfg(f"precision={policy}", "train.epochs=1", "train.steps_per_epoch=2")
     result = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path)
@@ -233,6 +237,7 @@ def test_every_precision_trains_and_exports_float32(policy, prepared_image, tmp_
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_adamw_cosine_warmup_and_label_smoothing(prepared_image, tmp_path):
     cfg = _image_cfg(
         "train.epochs=2",
@@ -253,6 +258,7 @@ def test_adamw_cosine_warmup_and_label_smoothing(prepared_image, tmp_path):
     assert all(math.isfinite(row["epoch_train_loss"]) for row in result.history)
 
 
+@pytest.mark.slow
 def test_sgd_trains(prepared_image, tmp_path):
     cfg = _image_cfg("train.epochs=2", "train.optimizer.name=sgd", "train.optimizer.learning_rate=0.05")
     result = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path)
@@ -292,6 +298,7 @@ def test_optimizers_and_loss_scaling(make_config):
 # ----------------------------------------------------------------------------- text
 
 
+@pytest.mark.slow
 def test_text_model_trains_on_token_ids_and_serves_raw_strings(prepared_text, tmp_path):
     cfg = _cfg(
         "dataset=imdb",
@@ -337,6 +344,7 @@ def _one_sgd_step(prepared_image, out, *overrides):
     return result, _serve(result.saved_model_dir, image=images)
 
 
+@pytest.mark.slow
 def test_grad_accumulation_equals_one_step_on_the_larger_batch(prepared_image, tmp_path):
     big, big_probs = _one_sgd_step(
         prepared_image, tmp_path / "big", "train.batch_size_per_replica=8", "train.steps_per_epoch=1"
@@ -387,6 +395,7 @@ def test_batches_per_pipeline_never_leaves_a_worker_short():
     assert training.batches_per_pipeline(inputs, 4, 8) == 2
 
 
+@pytest.mark.slow
 def test_steps_per_execution_changes_neither_the_result_nor_the_logging_steps(prepared_image, tmp_path):
     """Several optimizer steps per compiled call: bit-identical weights, the same step metrics at the same
     steps, checkpoints at the same steps (calls end on every logging and checkpoint step)."""

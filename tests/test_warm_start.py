@@ -72,6 +72,7 @@ def _tags(project: Path) -> dict:
     return runs[0].data.tags
 
 
+@pytest.mark.slow
 def test_a_run_s_model_seeds_the_matching_layers_and_the_run_says_so(source, monkeypatch):
     project, run_id, two = source
     result = _train(project, two, f"runs:/{run_id}/model", monkeypatch)
@@ -87,6 +88,7 @@ def test_a_run_s_model_seeds_the_matching_layers_and_the_run_says_so(source, mon
     assert line.startswith(f"warm start: runs:/{run_id}/model ({run_id}); layers loaded: conv0,conv1,dense;")
 
 
+@pytest.mark.slow
 def test_the_champion_alias_resolves_to_its_version(source, monkeypatch):
     from tfpipe import audit
     from tfpipe.errors import UserError
@@ -100,6 +102,7 @@ def test_the_champion_alias_resolves_to_its_version(source, monkeypatch):
         audit.rerun(warm, project, f"sqlite:///{project / 'mlflow.db'}")
 
 
+@pytest.mark.slow
 def test_applied_weights_are_the_source_s_by_layer_name(source):
     """The exported by-path weights, read with NumPy alone, are what a fresh 2-class model holds after apply;
     the head keeps its own initialisation."""
@@ -127,6 +130,7 @@ def test_applied_weights_are_the_source_s_by_layer_name(source):
         ("mlflow.db", "unknown kind of file"),
     ],
 )
+@pytest.mark.slow
 def test_a_missing_source_is_one_line_before_any_run(source, capsys, monkeypatch, init_from, expected):
     from pipeline import _cli
     from pipeline import train as train_entry

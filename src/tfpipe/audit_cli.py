@@ -84,11 +84,10 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
             return 1 if result.verdict == audit.DIFFERS_VERDICT else 0
         items = audit.check(args.run_id, root, args.tracking_uri)
         print(audit.format_table(items) + audit.registry_line(args.run_id, root, args.tracking_uri))
-        print(audit.warm_start_line(args.run_id, root, args.tracking_uri), end="")
+        differs = sum(i.status == audit.DIFFERS for i in items)
         print(
-            "ALL MATCH"
-            if audit.ok(items)
-            else f"DIFFERS: {sum(i.status == audit.DIFFERS for i in items)} item(s)"
+            audit.warm_start_line(args.run_id, root, args.tracking_uri)
+            + ("ALL MATCH" if audit.ok(items) else f"DIFFERS: {differs} item(s)")
         )
         return 0 if audit.ok(items) else 1
     except USER_ERRORS as exc:
