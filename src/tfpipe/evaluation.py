@@ -21,7 +21,7 @@ from typing import Optional
 
 import numpy as np
 
-from tfpipe import files
+from tfpipe import files, progress
 from tfpipe.errors import DataError
 
 EPSILON = 1e-7  # probability clip for the cross-entropy, as Keras does
@@ -196,7 +196,9 @@ def evaluate(
         prepared_dir, TEST_SPLIT, batch_size=batch_size, training=False, seed=0, cache=False
     )
     labels, probabilities, leaked = [], [], []
-    for features, batch_labels in dataset:
+    total = -(-int(manifest["splits"][TEST_SPLIT]["num_examples"]) // batch_size)
+    batches = progress.bar(total, "evaluate", "batch", iterable=dataset) if progress.wanted() else dataset
+    for features, batch_labels in batches:
         probabilities.append(fn(**{input_name: features})[output].numpy())
         labels.append(batch_labels.numpy())
         leaked.extend(_leaked(manifest["modality"], features.numpy(), leaked_hashes))

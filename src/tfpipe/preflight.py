@@ -33,6 +33,9 @@ TPU_ENV = ("TPU_NAME", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS", "COLAB_TPU_ADDR")
 def check(cfg: Config, stage: str, root, environ=None) -> None:
     """All host checks that apply to `stage` (see the module docstring); UserError on the first failure."""
     environ = os.environ if environ is None else environ
+    from tfpipe import progress
+
+    progress.wanted()  # a bad TFPIPE_PROGRESS is one line before any work
     if stage in TRAIN_STAGES:
         check_tf_config(cfg, environ)
         check_devices(cfg)

@@ -10,7 +10,8 @@ from typing import List, Optional
 
 from tfpipe import choices
 from tfpipe.config import checks
-from tfpipe.config.checks import choice, device, launcher, non_negative, positive, tracking_uri
+from tfpipe.config.checks import choice, device, launcher, non_negative, positive
+from tfpipe.config.tracking_schema import TrackingConfig  # noqa: F401 - a section schema, re-exported
 from tfpipe.config.validation_schema import ValidationConfig
 from tfpipe.errors import ConfigError
 
@@ -246,35 +247,6 @@ class PrecisionConfig:
                 "precision.policy='mixed_float16': TPUs compute in bfloat16, not float16 (strategy.name=tpu); "
                 "allowed with tpu: mixed_bfloat16, float32"
             )
-
-
-@dataclass
-class TrackingConfig:
-    uri: Optional[str] = None
-    experiment_name: str = "tfpipe"
-    artifact_location: Optional[str] = "mlartifacts"
-    log_model: bool = True
-    run_file: str = "run.json"
-    register_model: bool = True
-    registered_model_name: Optional[str] = None  # None: tfpipe-<dataset.name>
-    promote_metric: str = "test_accuracy"
-    promote_mode: str = "max"
-    auto_promote_alias: Optional[str] = None
-
-    def check(self, cfg) -> None:
-        tracking_uri("tracking.uri", self.uri)
-        if not self.experiment_name:
-            raise ConfigError("tracking.experiment_name: empty; name the MLflow experiment")
-        if not self.run_file:
-            raise ConfigError("tracking.run_file: empty; name the file that hands the run id to evaluate")
-        checks.registry_name("tracking.registered_model_name", self.registered_model_name)
-        choice("tracking.promote_mode", self.promote_mode, ("max", "min"))
-        checks.registry_alias("tracking.auto_promote_alias", self.auto_promote_alias, allow_none=True)
-        if not self.promote_metric:
-            raise ConfigError("tracking.promote_metric: empty; name the run metric promotion compares")
-
-    def model_name(self, dataset: str) -> str:
-        return self.registered_model_name or f"tfpipe-{dataset}"
 
 
 def section_schemas(raw: dict) -> dict:

@@ -62,6 +62,7 @@ def _start(
     run_name: Optional[str] = None,
     where: str,
     uri: str,
+    system_metrics: bool = False,
 ):
     active = mlflow.active_run()
     if active is not None:
@@ -73,8 +74,10 @@ def _start(
             )
     try:
         if run_id:
-            return mlflow.start_run(run_id=run_id, run_name=run_name)
-        return mlflow.start_run(experiment_id=experiment_id, run_name=run_name)
+            return mlflow.start_run(run_id=run_id, run_name=run_name, log_system_metrics=system_metrics)
+        return mlflow.start_run(
+            experiment_id=experiment_id, run_name=run_name, log_system_metrics=system_metrics
+        )
     except MlflowException as exc:
         target = f"run {run_id} ({where})" if run_id else f"a run in experiment {experiment_id}"
         raise TrackingError(f"MLflow could not open {target} on {redact_url(uri)}: {one_line(exc)}") from None
@@ -107,16 +110,28 @@ def context_tags() -> dict:
 
 def _open_train_run(cfg, root: Path, client, uri: str, name: str, env_run_id, reopen_id):
     """The fluent MLflow run of the train stage: MLFLOW_RUN_ID, the interrupted run, or a new one."""
+    system = _system_metrics(cfg.tracking)
     try:
         if env_run_id:
-            return _start(env_run_id, run_name=name, where="env MLFLOW_RUN_ID", uri=uri)
+            return _start(
+                env_run_id, run_name=name, where="env MLFLOW_RUN_ID", uri=uri, system_metrics=system
+            )
         if reopen_id:
-            return _start(reopen_id, where="the interrupted training's run", uri=uri)
+            return _start(reopen_id, where="the interrupted training's run", uri=uri, system_metrics=system)
         location = backend.artifact_location_for(cfg.tracking, root, uri)
         experiment_id = backend.ensure_experiment(client, cfg.tracking.experiment_name, location)
-        return _start(None, experiment_id=experiment_id, run_name=name, where="new", uri=uri)
+        return _start(
+            None, experiment_id=experiment_id, run_name=name, where="new", uri=uri, system_metrics=system
+        )
     except MlflowException as exc:
         raise TrackingError(f"MLflow store {redact_url(uri)}: {one_line(exc)}") from None
+
+
+def _system_metrics(tracking_cfg) -> bool:
+    """Whether the run samples system metrics (MLflow's monitor thread, stopped by end_run), at which interval."""
+    if tracking_cfg.system_metrics:
+        mlflow.set_system_metrics_sampling_interval(tracking_cfg.system_metrics_interval)
+    return bool(tracking_cfg.system_metrics)
 
 
 def _mark_resume(run: Run, client, uri: str, resume_run_id: str, reopen: bool) -> None:
@@ -233,7 +248,7 @@ def resume_run(
         run_id, where = read_run_file(path)["run_id"], f"from {path}"
     uri, client, reset_uri = _connect(cfg, root)
     try:
-        active = _start(run_id, where=where, uri=uri)
+        active = _start(run_id, where=where, uri=uri, system_metrics=_system_metrics(cfg.tracking))
     except BaseException:
         reset_tracking_uri(reset_uri)
         raise

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from tfpipe import determinism, distribute, monitoring, precision
+from tfpipe import determinism, distribute, monitoring, precision, progress
 from tfpipe.hooks import CheckpointHook, Hook, MetricsSink, SinkHook
 from tfpipe.models import warmstart
 from tfpipe.training.loop import Loop, Schedule
@@ -118,6 +118,8 @@ def _train(
     runner.start(steps, start_epoch, start_epoch_step)
     hooks = [SinkHook(sink)] if (sink is not None and chief) else []
     hooks += [CheckpointHook(workdir, steps), stop_hook(strategy)]
+    if chief and progress.wanted():
+        hooks.append(progress.ProgressHook(tc.epochs, steps_per_epoch))
     hooks += extra_hooks + monitoring.hooks_from_config(
         tc, workdir.path, chief=chief, model=steps.model, optimizer=steps.optimizer
     )
