@@ -25,6 +25,7 @@ def _run(args, cwd=ROOT):
         ("pipeline.prepare", "prepare", ["dataset=cifar11"]),
         ("pipeline.launch", "launch", ["strategy=mirrored"]),
         ("pipeline.promote", "promote", ["abc", "--alias", "a b"]),
+        ("pipeline.predict", "predict", ["no/such/model", "."]),
     ],
 )
 @pytest.mark.slow

@@ -6,6 +6,7 @@ errors and exit codes as `python -m pipeline.<name>`:
     tfpipe compare RUN_A RUN_B [--tracking-uri URI]
     tfpipe promote RUN_ID [--alias champion] [--force]
     tfpipe tune NAME [--storage URL] [--study NAME] [OVERRIDE ...]
+    tfpipe predict MODEL_URI INPUT_DIR [--out predictions.csv] [--tracking-uri URI]
 
 (Hydra sweeps stay `python -m pipeline.sweep --multirun ...`: Hydra's own command line, next to conf/.)
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-USAGE = "usage: tfpipe {prepare,train,evaluate,run-all,launch,audit,compare,promote,tune} [ARGS ...] (tfpipe SUBCOMMAND --help)"
+USAGE = "usage: tfpipe {prepare,train,evaluate,run-all,launch,audit,compare,promote,tune,predict} [ARGS ...] (tfpipe SUBCOMMAND --help)"
 
 
 def _stages() -> Dict[str, Tuple[Callable, str]]:
@@ -54,6 +55,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         from tfpipe import tuning
 
         sys.exit(tuning.main(rest, prog="tfpipe tune"))
+    if name == "predict":
+        from tfpipe import predict
+
+        sys.exit(predict.main(rest, prog="tfpipe predict"))
     stages = _stages()
     if name not in stages:
         print(f"tfpipe: error: unknown subcommand {name!r}; {USAGE}", file=sys.stderr)

@@ -1,0 +1,63 @@
+"""A logged tfpipe model loaded for batch prediction: from an MLflow model URI (`runs:/`, `models:/NAME@ALIAS`,
+`models:/NAME/VERSION`) or a local folder holding an MLflow model (its `MLmodel` file). What it takes is read from
+the model's logged signature (uint8 images [N, H, W, C], or strings), its class names from its metadata."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from tfpipe.errors import TrackingError, UserError, one_line
+from tfpipe.tracking import model_uri
+
+KEY = "MODEL_URI"
+
+
+@dataclass
+class LoadedModel:
+    predict: Any  # raw batch (uint8 array or list of str) -> float32 [N, num_classes] probabilities
+    modality: str  # "image" or "text", from the logged signature
+    image_shape: Optional[tuple]  # (height, width, channels) for images
+    class_names: list
+    source: dict  # what the URI named: source_run, source_model
+
+
+def load(spec: str, tracking_uri: str, dest: Path) -> LoadedModel:
+    """Download (URIs) and load the model; one-line UserError when it is not found or not a tfpipe model."""
+    if model_uri.is_model_uri(spec):
+        local, source = model_uri.download(spec, tracking_uri, dest, KEY)
+    elif (Path(spec) / "MLmodel").is_file():
+        local, source = Path(spec), {}
+    else:
+        raise UserError(
+            f"{KEY}={spec!r}: not a runs:/ or models:/ URI, nor a folder holding an MLflow model (its MLmodel file)"
+        )
+    import mlflow.pyfunc
+
+    try:
+        model = mlflow.pyfunc.load_model(str(local))
+    except Exception as exc:  # MLflow and TensorFlow raise many kinds for a model they cannot load
+        raise TrackingError(f"{KEY}={spec!r}: the model does not load ({one_line(exc, 200)})") from None
+    modality, image_shape = _takes(model, spec)
+    class_names = list((model.metadata.metadata or {}).get("class_names") or [])
+    if not class_names:
+        raise UserError(f"{KEY}={spec!r}: the model records no class_names: not a tfpipe model")
+    return LoadedModel(model.predict, modality, image_shape, class_names, source)
+
+
+def _takes(model, spec: str) -> tuple[str, Optional[tuple]]:
+    from mlflow.types import DataType, TensorSpec
+
+    schema = model.metadata.get_input_schema()
+    inputs = schema.inputs if schema is not None else []
+    if len(inputs) == 1 and isinstance(inputs[0], TensorSpec) and inputs[0].type.name == "uint8":
+        shape = tuple(inputs[0].shape[1:])
+        if len(shape) == 3 and min(shape) > 0:
+            return "image", shape
+    elif len(inputs) == 1 and not isinstance(inputs[0], TensorSpec) and inputs[0].type == DataType.string:
+        return "text", None
+    raise UserError(
+        f"{KEY}={spec!r}: its signature takes {schema}; batch prediction serves tfpipe models taking "
+        "uint8 images [N, H, W, C] or strings"
+    )

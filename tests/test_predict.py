@@ -1,0 +1,234 @@
+"""Batch prediction (`python -m pipeline.predict MODEL_URI INPUT_DIR --out predictions.csv`) with models logged to a
+real SQLite MLflow store: by registry alias (images) and by run (texts), one CSV row per readable file, unreadable
+files named and counted, other files counted; bad input is one line, exit 2, nothing written.
+
+The models are built by hand so the right answer is known without the code under test: the image model's class is
+the dominant colour channel (the fixtures' folder names), the text model's the sign of its sentiment words."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import _NEG_WORDS, _POS_WORDS, IMAGE_CLASSES, TEXT_CLASSES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _image_model(folder: Path) -> None:
+    """uint8 [N, 8, 8, 3] -> softmax(10 * channel means): the dominant channel wins (blue, green, red = 0, 1, 2)."""
+    import keras
+    import tensorflow as tf
+
+    inputs = keras.Input((8, 8, 3), dtype="uint8")
+    x = keras.layers.GlobalAveragePooling2D()(keras.layers.Rescaling(1 / 255.0)(inputs))
+    dense = keras.layers.Dense(3, activation="softmax")
+    model = keras.Model(inputs, dense(x))
+    dense.set_weights([np.eye(3, dtype=np.float32) * 10, np.zeros(3, np.float32)])
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(
+        name="serving_default",
+        fn=lambda image: {"probabilities": model(image, training=False)},
+        input_signature=[tf.TensorSpec([None, 8, 8, 3], tf.uint8, name="image")],
+    )
+    archive.write_out(str(folder), verbose=False)
+
+
+def _text_model(folder: Path) -> None:
+    """strings -> counts of the fixture's sentiment words -> softmax(neg - pos, pos - neg)."""
+    import keras
+    import tensorflow as tf
+
+    vocabulary = [*_NEG_WORDS, *_POS_WORDS]
+    vectorizer = keras.layers.TextVectorization(vocabulary=vocabulary, output_mode="count")
+    vectorizer(tf.constant(["great"]))  # builds it
+    weights = np.zeros((len(vocabulary) + 1, 2), np.float32)  # row 0: out-of-vocabulary
+    weights[1 : 1 + len(_NEG_WORDS)] = [1, -1]
+    weights[1 + len(_NEG_WORDS) :] = [-1, 1]
+    dense = keras.layers.Dense(2, activation="softmax")
+    dense.build((None, len(vocabulary) + 1))
+    dense.set_weights([weights, np.zeros(2, np.float32)])
+    archive = keras.export.ExportArchive()
+    archive.track(vectorizer)
+    archive.track(dense)
+    archive.add_endpoint(
+        name="serving_default",
+        fn=lambda text: {"probabilities": dense(vectorizer(text))},
+        input_signature=[tf.TensorSpec([None], tf.string, name="text")],
+    )
+    archive.write_out(str(folder), verbose=False)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A project whose SQLite store holds the image model (registered as `colours`, alias champion) and the text
+    model (by run). (project, text run id)"""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from tfpipe import config, files, tracking
+
+    project = tmp_path_factory.mktemp("predict")
+    uri = f"sqlite:///{project / 'mlflow.db'}"
+    cfg = config.compose(["experiment=smoke", f"tracking.uri={uri}"], config_dir=ROOT / "conf")
+    _image_model(project / "image")
+    _text_model(project / "text")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(project)
+        for name in ("image", "text"):
+            files.seal(project / name)
+        with tracking.start_run(cfg, project, stage="train") as run:
+            example = np.zeros((1, 8, 8, 3), np.uint8)
+            image_uri = run.log_model(
+                project / "image", modality="image", input_example=example, class_names=list(IMAGE_CLASSES)
+            )
+        with tracking.start_run(cfg, project, stage="train") as run:
+            run.log_model(
+                project / "text", modality="text", input_example=["great"], class_names=list(TEXT_CLASSES)
+            )
+            text_run = run.run_id
+        mp.setenv(
+            "MLFLOW_TRACKING_URI", uri
+        )  # register_model resolves the logged model through the global store
+        mlflow.register_model(image_uri, "colours")
+    MlflowClient(uri).set_registered_model_alias("colours", "champion", "1")
+    return project, text_run
+
+
+def _predict(project: Path, monkeypatch, *args) -> int:
+    from tfpipe import predict
+
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return predict.main([*args, "--tracking-uri", f"sqlite:///{project / 'mlflow.db'}"])
+
+
+def _rows(path: Path) -> list:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_images_by_alias_each_file_its_colour_unreadable_named_and_counted(
+    store, image_dir, tmp_path, monkeypatch, capsys
+):
+    project, _ = store
+    photos = tmp_path / "photos"
+    shutil.copytree(image_dir / "test", photos)
+    (photos / "red" / "broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    (photos / "notes.md").write_text("not an image", encoding="utf-8")
+    out = tmp_path / "predictions.csv"
+    assert (
+        _predict(
+            project,
+            monkeypatch,
+            "models:/colours@champion",
+            str(photos),
+            "--out",
+            str(out),
+            "--batch-size",
+            "4",
+        )
+        == 0
+    )
+    captured = capsys.readouterr()
+    rows = _rows(out)
+    assert len(rows) == 3 * 3 and all(row["file"].split("/")[0] == row["label"] for row in rows)
+    assert [row["file"] for row in rows] == sorted(row["file"] for row in rows)
+    assert list(rows[0]) == ["file", "label", "probability", "p_blue", "p_green", "p_red"]
+    for row in rows:
+        probs = [float(row[f"p_{name}"]) for name in IMAGE_CLASSES]
+        assert abs(sum(probs) - 1) < 1e-4 and float(row["probability"]) == max(probs)
+    assert f"predict: skipped {photos / 'red' / 'broken.jpg'}:" in captured.err
+    assert (
+        f"predict: 9 file(s) scored -> {out}; 1 unreadable skipped (named above); 1 other file(s) ignored"
+        in captured.out
+    )
+
+
+def test_texts_by_run_each_file_its_sentiment(store, text_dir, tmp_path, monkeypatch, capsys):
+    project, text_run = store
+    out = tmp_path / "texts.csv"
+    assert (
+        _predict(project, monkeypatch, f"runs:/{text_run}/model", str(text_dir / "test"), "--out", str(out))
+        == 0
+    )
+    rows = [
+        row for row in _rows(out) if "/" in row["file"]
+    ]  # urls_pos.txt beside the class folders is a text too
+    assert len(rows) == 2 * 10 and all(row["file"].split("/")[0] == row["label"] for row in rows)
+    assert "1 other file(s) ignored" in capsys.readouterr().out  # labeledBow.feat
+
+
+def test_a_bar_on_request(store, image_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TFPIPE_PROGRESS", "bar")
+    assert (
+        _predict(
+            store[0],
+            monkeypatch,
+            "models:/colours@champion",
+            str(image_dir / "test"),
+            "--out",
+            str(tmp_path / "p.csv"),
+        )
+        == 0
+    )
+    assert "predict: 100%" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "model, folder, expected",
+    [
+        (
+            "models:/colours@gold",
+            "images",
+            "MODEL_URI='models:/colours@gold': registered model 'colours' has no alias 'gold' (its aliases: champion)",
+        ),
+        ("models:/nosuch@champion", "images", "no registered model 'nosuch'"),
+        (
+            "runs:/0123456789abcdef0123456789abcdef/model",
+            "images",
+            "run '0123456789abcdef0123456789abcdef' not found",
+        ),
+        ("s3://bucket/model", "images", "not a runs:/ or models:/ URI, nor a folder holding an MLflow model"),
+        (
+            "models:/colours@champion",
+            "texts",
+            "no .jpg/.jpeg/.png files for this image model (found 2 file(s): .txt)",
+        ),
+        (
+            "models:/colours@champion",
+            "empty",
+            "no .jpg/.jpeg/.png files for this image model (found 0 file(s))",
+        ),
+        ("models:/colours@champion", "broken", "none of its 1 file(s) could be read"),
+        ("models:/colours@champion", "missing", "'missing': not a folder"),
+        (
+            "models:/colours@champion",
+            "images --out nofolder/p.csv",
+            "--out 'nofolder/p.csv': must be a file in an existing folder",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_nothing_written(
+    store, image_dir, tmp_path, monkeypatch, capsys, model, folder, expected
+):
+    (tmp_path / "texts").mkdir()
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / "texts" / name).write_text("great film", encoding="utf-8")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "x.png").write_bytes(b"\x89PNG broken")
+    shutil.copytree(image_dir / "test", tmp_path / "images")
+    folder, *extra = folder.split()
+    out = ["--out", str(tmp_path / "p.csv")] if not extra else extra
+    monkeypatch.chdir(tmp_path)
+    code = _predict(
+        store[0], monkeypatch, model, str(tmp_path / folder) if folder != "missing" else "missing", *out
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("predict: error: ") and expected in err[-1], err
+    assert not (tmp_path / "p.csv").exists() and not list(tmp_path.glob("*.csv*"))
