@@ -56,6 +56,7 @@ def main(argv=None, prog: str = "python -m pipeline.predict") -> int:
     )
     args = parser.parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the bar shown is the files'
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TF's C++ start-up chatter stays off stderr
     try:
         summary = predict(
             args.model_uri, Path(args.input_dir), Path(args.out), args.batch_size, args.tracking_uri
