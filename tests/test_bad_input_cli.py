@@ -169,6 +169,8 @@ BAD_OVERRIDES = [
     (["train.optimizer.learning_rate=-0.1"], ["train.optimizer.learning_rate=-0.1", "must be > 0"]),
     (["model.dropout=1.0"], ["model.dropout=1.0", "must be in [0, 1)"]),
     (["train.label_smoothing=1.5"], ["train.label_smoothing=1.5", "must be in [0, 1)"]),
+    (["train.freeze_epochs=1"], ["train.freeze_epochs=1", "set train.init_from too"]),
+    (["train.freeze_epochs=-1", "train.init_from=x"], ["train.freeze_epochs=-1"]),
     (["data.validation_fraction=1.0"], ["data.validation_fraction=1.0", "must be in (0, 1)"]),
     (["data.examples_per_shard=0"], ["data.examples_per_shard=0", "must be > 0"]),
     (["data.max_examples_per_split=-1"], ["data.max_examples_per_split=-1", "must be > 0"]),

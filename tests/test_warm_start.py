@@ -165,3 +165,33 @@ def _runs(project: Path) -> list:
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     experiments = [e.experiment_id for e in client.search_experiments()]
     return client.search_runs(experiments, order_by=["start_time DESC"])
+
+
+@pytest.mark.slow
+def test_freeze_epochs_keep_the_loaded_layers_fixed_then_train_them(source, monkeypatch):
+    """freeze_epochs=epochs: every loaded weight leaves training as it came, the fresh
+    head learns; freeze_epochs=1 of 2: the loaded layers then train too."""
+    project, _, two = source
+    exported = project / "models" / "colours" / "saved_model"
+    with np.load(exported / "keras_weights.npz") as archive:
+        stored = {k: archive[k] for k in archive.files}
+    frozen = _trained_weights(project, two, exported, monkeypatch, "train.epochs=2", "train.freeze_epochs=2")
+    loaded = [k for k in stored if not k.startswith("logits/")]
+    assert loaded and all(np.array_equal(frozen[k], stored[k]) for k in loaded)
+    assert frozen["logits/kernel"].shape == (8, 2)
+    thawed = _trained_weights(project, two, exported, monkeypatch, "train.epochs=2", "train.freeze_epochs=1")
+    assert not np.array_equal(thawed["conv1/kernel"], stored["conv1/kernel"])
+    assert not np.array_equal(thawed["logits/kernel"], frozen["logits/kernel"])  # the head trained on
+
+
+def _trained_weights(project: Path, two: Path, init_from: Path, monkeypatch, *overrides) -> dict:
+    from tfpipe import stages
+
+    monkeypatch.chdir(project)
+    cfg = _compose(
+        project, "dataset.name=pair", f"data.path={two}", f"train.init_from={init_from}", *overrides
+    )
+    stages.run_prepare(cfg, project)
+    stages.run_train(cfg, project)
+    with np.load(project / "models" / "pair" / "saved_model" / "keras_weights.npz") as archive:
+        return {k: archive[k] for k in archive.files}

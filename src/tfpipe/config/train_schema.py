@@ -50,6 +50,7 @@ class TrainConfig:
     cache: bool = True
     label_smoothing: float = 0.0
     init_from: Optional[str] = None  # warm start: runs:/ID/model, models:/NAME@ALIAS|/VERSION or a local path
+    freeze_epochs: int = 0  # warm start: first N epochs train only the layers it did not load (the head)
     checkpoint_every_steps: int = 500
     max_checkpoints_to_keep: int = 3
     log_every_steps: int = 50
@@ -85,6 +86,12 @@ class TrainConfig:
                 "train.tensorboard_dir: empty; name the TensorBoard log folder (relative to models/<dataset>)"
             )
         non_negative("train.histogram_every_epochs", self.histogram_every_epochs)
+        non_negative("train.freeze_epochs", self.freeze_epochs)
+        if self.freeze_epochs and not self.init_from:
+            raise ConfigError(
+                f"train.freeze_epochs={self.freeze_epochs}: freezes the layers a warm start loads; "
+                "set train.init_from too (or freeze_epochs=0)"
+            )
         from tfpipe.monitoring import parse_profile_steps
 
         parse_profile_steps(self.profile_steps)  # 'FIRST-LAST', 1 <= FIRST <= LAST

@@ -35,8 +35,12 @@ class SyncRunner:
             self.task.dataset_fn("validation", False)
         )
         self.iterator = iter(train_ds)
-        self._train_fn = tf.function(self._train_calls)
+        self.retrace()
         self._eval_fn = tf.function(self._eval_call, input_signature=[self.val_ds.element_spec])
+
+    def retrace(self) -> None:
+        """A new compiled train call: the trainable variables (train.freeze_epochs) are read when it is traced."""
+        self._train_fn = tf.function(self._train_calls)
 
     def _train_calls(self, iterator, num_steps):
         for _ in tf.range(num_steps):
@@ -88,8 +92,12 @@ class CoordinatedRunner:
         )
         self.iterator = iter(per_worker)
         self.val_ds = self.task.dataset_fn("validation", False)(tf.distribute.InputContext())
-        self._train_fn = tf.function(self._train_call)
+        self.retrace()
         self._eval_fn = tf.function(self.steps.replica_eval_step, input_signature=[self.val_ds.element_spec])
+
+    def retrace(self) -> None:
+        """A new compiled train step: the trainable variables (train.freeze_epochs) are read when it is traced."""
+        self._train_fn = tf.function(self._train_call)
 
     def _repeated_train(self, input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         return self.task.dataset_fn("train", True)(input_context).repeat()

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from tfpipe import determinism, distribute, monitoring, precision, progress
 from tfpipe.hooks import CheckpointHook, Hook, MetricsSink, SinkHook
 from tfpipe.models import warmstart
+from tfpipe.training.freeze import FreezeHook
 from tfpipe.training.loop import Loop, Schedule
 from tfpipe.training.optim import lr_scale
 from tfpipe.training.preemption import stop_hook
@@ -118,6 +119,8 @@ def _train(
     runner.start(steps, start_epoch, start_epoch_step)
     hooks = [SinkHook(sink)] if (sink is not None and chief) else []
     hooks += [CheckpointHook(workdir, steps), stop_hook(strategy)]
+    if warm and tc.freeze_epochs:
+        hooks.append(FreezeHook(steps.model, warm["loaded"], tc.freeze_epochs, start_epoch, runner))
     if chief and progress.wanted():
         hooks.append(progress.ProgressHook(tc.epochs, steps_per_epoch))
     hooks += extra_hooks + monitoring.hooks_from_config(
