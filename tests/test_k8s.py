@@ -144,6 +144,7 @@ def test_network_policy_admits_the_grpc_port_only_from_the_jobs_own_pods(control
         ({"controller": "pods"}, "controller='pods': allowed: job, tfjob"),
         ({"strategy": "parameter_server"}, "use controller='tfjob'"),
         ({"overrides": ["train.optimizer.lr=0.1"]}, "train.optimizer.lr"),
+        ({"overrides": ["strategy=mirrored"]}, "the rendered job sets strategy itself"),
     ],
 )
 def test_a_bad_render_is_refused_in_one_line(kwargs, message):

@@ -96,6 +96,12 @@ def test_the_job_exits_with_the_first_failing_tasks_code_not_srun_s_highest(tmp_
         ({"tasks_per_node": -1}, "tasks_per_node=-1: must be a whole number >= 1"),
         ({"overrides": ["train.epochs=0"]}, "train.epochs"),
         ({"overrides": ["train.optimizer.lr=0.1"]}, "train.optimizer.lr"),
+        (
+            {"overrides": ["strategy=mirrored"]},
+            "override 'strategy=mirrored': the rendered job sets strategy itself",
+        ),
+        ({"overrides": ["strategy.num_workers=3"]}, "the rendered job sets strategy.num_workers itself"),
+        ({"overrides": ["+strategy.launcher=ray"]}, "the rendered job sets strategy.launcher itself"),
     ],
 )
 def test_a_bad_render_is_refused_in_one_line(kwargs, message):

@@ -183,9 +183,20 @@ def render_k8s(*args, **kwargs) -> str:
     return render(*args, **kwargs)
 
 
+RENDER_OWNED_KEYS = (
+    "strategy",
+    "strategy.name",
+    "strategy.num_workers",
+    "strategy.num_ps",
+    "strategy.launcher",
+)
+
+
 def check_render_input(strategy: str, counts: Dict[str, int], overrides) -> None:
     """What a rendered job would fail on at start, refused now with one line (ConfigError): an unknown strategy,
-    a count below 1, an override the config schema refuses (composed as the tasks will compose it)."""
+    a count below 1, an override of what the render itself sets (the strategy, its process counts and launcher:
+    the job's command line puts overrides last, so one would silently win over the allocation), an override the
+    config schema refuses (composed as the tasks will compose it)."""
     from tfpipe import config
     from tfpipe.choices import MULTI_PROCESS_STRATEGIES
     from tfpipe.errors import ConfigError
@@ -196,6 +207,13 @@ def check_render_input(strategy: str, counts: Dict[str, int], overrides) -> None
     for name, value in counts.items():
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name}={value!r}: must be a whole number >= 1")
+    for override in overrides:
+        key = str(override).split("=", 1)[0].lstrip("+~")
+        if key in RENDER_OWNED_KEYS:
+            raise ConfigError(
+                f"override {override!r}: the rendered job sets {key} itself (from its strategy and counts); "
+                "render another strategy or change the counts instead"
+            )
     config.compose([*overrides, f"strategy={strategy}"])
 
 
