@@ -1,4 +1,4 @@
-"""The container images (docker/Dockerfile, docker/Dockerfile.gpu): no base image can be pulled on the test
+"""The container images (docker/Dockerfile, docker/Dockerfile.gpu, docker/Dockerfile.ray): no base image can be pulled on the test
 machines, so what can be checked without building is: hadolint clean, every file they copy exists and is not
 excluded by .dockerignore, a pinned base, a non-root user, the hash-checked lock of the right build, the console
 script as the entry point."""
@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-IMAGES = {"docker/Dockerfile": "requirements.lock", "docker/Dockerfile.gpu": "requirements-gpu.lock"}
+IMAGES = {
+    "docker/Dockerfile": "requirements.lock",
+    "docker/Dockerfile.gpu": "requirements-gpu.lock",
+    "docker/Dockerfile.ray": "requirements-ray.lock",
+}
 
 
 def _instructions(path: str) -> list:
@@ -60,3 +64,18 @@ def test_the_gpu_lock_is_the_cpu_lock_with_tensorflows_cuda_build():
     shared = set(cpu) & set(gpu)
     assert {name: cpu[name] for name in shared} == {name: gpu[name] for name in shared}  # same versions
     assert set(cpu) - {"tensorflow-cpu"} <= set(gpu)
+
+
+def test_the_ray_lock_is_the_cpu_lock_with_the_extra_s_ray_and_its_job_server():
+    cpu, ray = _pins("requirements.lock"), _pins("requirements-ray.lock")
+    assert {name: ray[name] for name in cpu} == cpu  # every runtime pin, same version
+    extra = re.search(r'ray = \["ray\[train\]==(\S+)"\]', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert ray["ray"] == extra and "aiohttp" in ray  # the [ray] extra's version; the dashboard's server
+
+
+def test_the_rayjob_runs_in_the_image_s_project_folder():
+    from tfpipe.ray_launcher import render_rayjob
+
+    workdir = next(arg for op, arg in _instructions("docker/Dockerfile.ray") if op == "WORKDIR")
+    text = render_rayjob("demo", "registry.example/tfpipe:1-ray", num_workers=2)
+    assert text.count(f"workingDir: {workdir}") == 2  # head and workers: where pipeline/ and conf/ are
