@@ -159,6 +159,8 @@ def _submit(env: dict, project: Path, overrides: list) -> dict:
         assert time.monotonic() < deadline, job
         time.sleep(1)
     job["log"] = (project / f"tfpipe-train-{job_id}.log").read_text()
+    fields = ("JobId", "JobState", "ExitCode", "RunTime", "NumTasks", "NumNodes")
+    print("scontrol show job:", " ".join(f"{k}={job.get(k)}" for k in fields))  # the record, with pytest -s
     return job
 
 
