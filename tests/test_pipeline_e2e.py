@@ -289,17 +289,23 @@ def test_dvc_pull_refuses_a_file_the_remote_altered(repro_project):
     """.dvc/config sets `verify = true` on the team remote: a pulled file is re-hashed against its name."""
     project, env, _ = repro_project
     remote = project.parent / "tfpipe-dvc-remote"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    if _run(["git", "status", "--porcelain"], project, env).strip():  # the clone needs the run's dvc.lock
+        _run([*git, "add", "-A"], project, env)
+        _run([*git, "commit", "-qm", "repro results"], project, env)
+    _run([sys.executable, "-m", "dvc", "push"], project, env)  # as the test above; a no-op when it ran
     lock = yaml.safe_load((project / "dvc.lock").read_text())
     md5 = next(o["md5"] for o in lock["stages"]["train"]["outs"] if o["path"] == "run.json")
     stored = remote / "files" / "md5" / md5[:2] / md5[2:]
-    assert stored.is_file(), "run `dvc push` first (the previous test)"
+    assert stored.is_file(), f"`dvc push` did not store {stored}"
     stored.write_text('{"run_id": "forged"}\n')  # an altered remote: same name, other content
 
     clone = _clone_with_raw_data(project, "clone-altered", env)
     proc = subprocess.run(
         [sys.executable, "-m", "dvc", "pull"], cwd=clone, env=env, capture_output=True, text=True
     )
-    assert proc.returncode != 0, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Checkout failed" in out and "run.json" in out, out
     assert "forged" not in ((clone / "run.json").read_text() if (clone / "run.json").exists() else "")
 
 

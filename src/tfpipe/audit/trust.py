@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from pathlib import Path, PurePosixPath
 
 from tfpipe.audit.common import UserError, _git
@@ -49,22 +50,47 @@ def _refuse_path(path: str) -> None:
         raise UserError(f"rerun: the recorded diff edits {path!r}, which decides what runs; refused")
 
 
-def check_diff(diff: str) -> None:
-    """One-line refusal of a recorded diff with symlinks, mode changes, renames, binaries or paths that
-    leave the tree or edit the pipeline definition."""
+def _applied_paths(diff: str, root: Path) -> list:
+    """Every path `git apply` itself reads from the diff (quoted names unquoted, a/ b/ or any other prefix
+    stripped as it strips them): a header the line checks cannot read must not carry a path past them."""
+    from tfpipe.provenance import environ_snapshot
+
+    # run at the top: in a subfolder `git apply` leaves out (and does not list) the paths outside it
+    top = _git(root, "rev-parse", "--show-toplevel").stdout.strip() or root
+    cmd = ["git", "apply", "--numstat", "-z", "-"]
+    env = {**environ_snapshot(), "LC_ALL": "C"}
+    proc = subprocess.run(cmd, cwd=top, input=diff, env=env, capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        first = (proc.stderr.strip().splitlines() or ["no message"])[0]
+        raise UserError(f"rerun: the recorded diff is not a patch git can read ({first[:300]}); refused")
+    paths, fields = [], iter(proc.stdout.split("\0"))
+    for field in fields:  # "ADDED\tDELETED\tPATH", or "ADDED\tDELETED\t" then the two names of a rename
+        if field:
+            path = field.split("\t", 2)[-1]
+            paths += [path] if path else [next(fields, ""), next(fields, "")]
+    return paths
+
+
+def check_diff(diff: str, root: Path) -> None:
+    """One-line refusal of a recorded diff with symlinks, mode changes, renames, copies, binaries or paths that
+    leave the tree or edit the pipeline definition (as written, and as `git apply` in `root` reads them)."""
     path = "?"
     for line in diff.splitlines():
         m = re.match(r"diff --git a/(.*) b/(.*)$", line)
         if m:
             path = m.group(2)
             if m.group(1) != path:
-                raise UserError(f"rerun: the recorded diff renames {m.group(1)!r} to {path!r}; refused")
+                raise UserError(
+                    f"rerun: the recorded diff renames or copies {m.group(1)!r} to {path!r}; refused"
+                )
             _refuse_path(path)
+        elif line.startswith("diff --git "):  # a quoted name: named as written, checked as git reads it
+            path = line[len("diff --git ") :]
         elif line.startswith(("+++ b/", "--- a/")):
             _refuse_path(line[6:])
-        elif "120000" in line and line.startswith(
+        elif line.split()[-1:] == ["120000"] and line.startswith(
             ("new file mode", "deleted file mode", "index ", "new mode")
-        ):
+        ):  # the mode is the last word (an index line's hashes may contain "120000")
             raise UserError(f"rerun: the recorded diff makes {path!r} a symlink; refused")
         elif line.startswith(("old mode", "new mode")):
             raise UserError(f"rerun: the recorded diff changes the mode of {path!r}; refused")
@@ -72,6 +98,8 @@ def check_diff(diff: str) -> None:
             raise UserError(f"rerun: the recorded diff renames or copies {path!r}; refused")
         elif line.startswith(("GIT binary patch", "Binary files")):
             raise UserError(f"rerun: the recorded diff has a binary patch for {path!r}; refused")
+    for applied in _applied_paths(diff, root):
+        _refuse_path(applied)
 
 
 def gate(run_id: str, run: dict, root: Path, apply_diff: bool, trusted_ref) -> None:
@@ -84,7 +112,7 @@ def gate(run_id: str, run: dict, root: Path, apply_diff: bool, trusted_ref) -> N
             f"run {run_id}: made from a dirty tree; review its diff, then rerun with --apply-diff"
         )
     if diff:
-        check_diff(diff)
+        check_diff(diff, root)
     if trusted_ref and _git(root, "merge-base", "--is-ancestor", commit, trusted_ref).returncode != 0:
         raise UserError(
             f"run {run_id}: commit {commit[:12]} is not an ancestor of --trusted-ref {trusted_ref}"
