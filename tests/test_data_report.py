@@ -331,7 +331,7 @@ def test_leakage_drop_removes_exactly_the_planted_test_copies(which, image_trees
 def _decoded(path: Path, which: str) -> bytes:
     if which == "text":
         return path.read_bytes()
-    from tfpipe.data.sources import decode_image_file
+    from tfpipe.data.decode import decode_image_file
 
     return decode_image_file(path, [32, 32], 3, max_pixels=40_000_000)
 

@@ -19,13 +19,8 @@ import numpy as np
 
 from tfpipe import progress
 from tfpipe.config.schema import DataConfig
-from tfpipe.data.sources import (
-    IMAGE_EXTENSIONS,
-    TEXT_EXTENSIONS,
-    Refused,
-    decode_image_file,
-    decode_text_file,
-)
+from tfpipe.data.decode import Refused, decode_image_file, decode_text_file
+from tfpipe.data.sources import IMAGE_EXTENSIONS, TEXT_EXTENSIONS
 from tfpipe.errors import USER_ERRORS, UserError, one_line
 from tfpipe.files import atomic_open
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import shutil
+import sys
 from pathlib import Path
 
 from tfpipe.data import sources
-from tfpipe.data.normalization import ChannelMoments
 from tfpipe.data.manifest import (
     FORMAT_VERSION,
     SPLITS,
@@ -23,6 +22,7 @@ from tfpipe.data.manifest import (
     manifest_config,
     write_manifest,
 )
+from tfpipe.data.normalization import ChannelMoments
 from tfpipe.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -64,12 +64,12 @@ def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool, reference
     collector = _collector(cfg, source)
     moments = ChannelMoments(_feature(ds_cfg)["shape"]) if modality == "image" else None
     try:
-        for split, value, label, *name in source.stream(bad):  # (split, value, label[, file name])
+        for split, value, label, *rest in source.stream(bad):  # (split, value, label[, name[, header]])
             writers[split].write(encode_example(key, value, label))
             if moments is not None and split == "train":
                 moments.add(value)
             if collector is not None:
-                collector.add(split, value, label, name[0] if name else None)
+                collector.add(split, value, label, *rest)
             bar.update(1)
     except BaseException:
         for writer in writers.values():

@@ -1,6 +1,7 @@
 """Drift against a reference data report (data.validation.reference, e.g. a pinned report.json of the first
 prepared version): classes added or missing, a class share moved by more than max_share_shift (L-infinity,
-as TFDV's), the out-of-vocabulary rate up by more than max_oov_increase. Each anomaly is one line naming the
+as TFDV's), the out-of-vocabulary rate up by more than max_oov_increase, a source image mode (RGB, L, RGBA...)
+the reference did not have. Each anomaly is one line naming the
 split, the field, the reference value and the new one; data.validation.drift decides: warn | fail."""
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ def compare(reference: dict, report: dict, validation) -> list:
         before, after = old.get("oov_rate"), new.get("oov_rate")
         if before is not None and after is not None and after - before > validation.max_oov_increase:
             lines.append(f"{split}: oov_rate: reference {before:.4f}, now {after:.4f}")
+        if "source_images" in old:  # reports written before it was counted have none: nothing to compare
+            known, modes = old["source_images"]["modes"], new.get("source_images", {}).get("modes", {})
+            new_modes = [(m, n) for m, n in modes.items() if m not in known]
+            lines += [f"{split}: source images of mode {m!r}: reference 0, now {n}" for m, n in new_modes]
     return lines
 
 

@@ -1,6 +1,8 @@
 """report.json: what is in the prepared data, written by prepare next to manifest.json (issue 21).
 
-Per split: examples and share per class; images: per-channel pixel mean/std; texts: length in characters
+Per split: examples and share per class; images: per-channel pixel mean/std, and the source images' width,
+height and aspect ratio spread and count per mode (the file headers; TFDS: the decoded examples, before
+conversion and resize); texts: length in characters
 and tokens, out-of-vocabulary rate (against vocab.txt), empty and near-empty documents. Duplicates, exact
 and near, within and across splits, with the first examples of each kind and the clusters whose labels
 conflict; the test examples that duplicate a train example (leakage, handled per data.validation.leakage).
@@ -18,12 +20,16 @@ from pathlib import Path
 import numpy as np
 
 from tfpipe.data import dedup
-from tfpipe.data.manifest import SPLITS, MANIFEST_FILE
+from tfpipe.data.manifest import MANIFEST_FILE, SPLITS
 from tfpipe.data.stats import ImageStats, TextStats
 from tfpipe.errors import DataError
 
 REPORT_FILE = "report.json"
 REPORT_VERSION = 1
+READ_FROM = {  # what the source images' sizes and modes are, per source type (report: source_images)
+    "directory": "file headers, before conversion and resize",
+    "tfds": "decoded tfds examples, before conversion and resize",
+}
 
 
 @dataclass
@@ -53,12 +59,13 @@ class Collector:
         self.per_class = {s: [0] * len(class_names) for s in SPLITS}
         listed = self.validation.examples_listed
         if self.modality == "image":
-            self.stats = ImageStats(SPLITS, feature["shape"])
+            read_from = READ_FROM.get(cfg.data.source, READ_FROM["tfds"])
+            self.stats = ImageStats(SPLITS, feature["shape"], read_from)
         else:
             standardize = cfg.dataset.standardize or "strip_punctuation"
             self.stats = TextStats(SPLITS, standardize, self.validation.near_empty_tokens, listed)
 
-    def add(self, split: str, value: bytes, label: int, name) -> None:
+    def add(self, split: str, value: bytes, label: int, name=None, header=None) -> None:
         position = sum(self.per_class[split])
         name = name or f"{split}#{position}"
         ex = self.ex
@@ -69,7 +76,7 @@ class Collector:
         ex.keys.append(dedup.digest(value if text is None else text.encode("utf-8")))  # dedup.content_hash
         ex.positions.append(position)
         self.per_class[split][int(label)] += 1
-        self.stats.add(split, value, name, text)
+        self.stats.add(split, value, name, text, header)
 
     def duplicates(self) -> dict:
         """{'exact': section, 'near': section, 'leaked': sorted test ids duplicating a train example}."""
@@ -143,6 +150,8 @@ def headline(report: dict) -> dict:
     out["conflicting_label_groups"] = exact["conflicting_labels"]["groups"] + near["conflicting_labels"]["groups"]
     out["test_dropped"] = report["leakage"]["dropped"]
     out["skipped_files"] = report["skipped_files"]["count"]
+    if report["modality"] == "image":
+        out["image_modes"] = image_modes(report)
     if report["modality"] == "text":
         out["test_oov_rate"] = report["splits"]["test"]["oov_rate"]
         out["empty_or_near_empty"] = sum(
@@ -150,6 +159,15 @@ def headline(report: dict) -> dict:
             for v in report["splits"].values()
         )
     return out
+
+
+def image_modes(report: dict) -> str:
+    """The source images' modes over all splits, most frequent first: 'RGB:950 L:40 RGBA:10'."""
+    total: dict = {}
+    for entry in report["splits"].values():
+        for mode, n in (entry.get("source_images") or {}).get("modes", {}).items():
+            total[mode] = total.get(mode, 0) + n
+    return " ".join(f"{m}:{n}" for m, n in sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def write_report(directory: Path, report: dict) -> Path:

@@ -1,7 +1,9 @@
 """Where examples come from: a class-per-folder directory tree, or a TFDS builder.
 
-Both yield `(split, value, label, name)`, `value` being the bytes stored in the Example (raw uint8 pixels at
-the configured size, or the raw UTF-8 text), `name` the example's file (the data report names examples by it).
+Both yield `(split, value, label, name, header)`, `value` being the bytes stored in the Example (raw uint8
+pixels at the configured size, or the raw UTF-8 text), `name` the example's file or None (the data report
+names examples by it), `header` an image's (width, height, mode) before conversion and resize (None for
+texts): the data report's source-image statistics. Decoding one file is tfpipe.data.decode.
 
 The directory source lists files itself (sorted, deterministic) instead of Keras' / TFDS's folder readers:
 those fail on the first bad file without naming it (or drop it silently); a bad file is reported by its path.
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from tfpipe.data import walk
+from tfpipe.data.decode import Refused, decode_text_file, read_image_file
 from tfpipe.errors import DataError, one_line
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -24,7 +27,7 @@ TEXT_EXTENSIONS = (".txt",)
 IGNORED_CLASS_FOLDERS = frozenset({"unsup"})  # aclImdb's unlabelled reviews
 MAX_SKIPPED_EXAMPLES = 20
 
-Triple = tuple  # (split: str, value: bytes, label: int)
+Triple = tuple  # (split: str, value: bytes, label: int, name: str | None, header: tuple | None)
 
 
 @dataclass
@@ -207,53 +210,14 @@ def select_and_order(entries: list, split: str, max_examples: Optional[int], see
     return ordered
 
 
-class Refused(Exception):
-    """A file refused before decoding (over a size cap); the message is the reason."""
-
-
-def decode_image_file(path: Path, size: list, channels: int, max_pixels: int) -> bytes:
-    """Raw uint8 HxWxC pixels; raises on an unreadable/corrupt/truncated image, Refused (before decoding
-    any pixel: Image.open reads only the header) when the header's width x height is over `max_pixels`."""
-    from PIL import Image
-
-    try:
-        image = Image.open(path)
-    except Image.DecompressionBombError as exc:  # Pillow's own limit, above ours unless data.max_image_pixels is raised
-        raise Refused(f"image header says more than data.max_image_pixels={max_pixels} pixels ({exc})") from None
-    with image:
-        width, height = image.size
-        if width * height > max_pixels:
-            raise Refused(f"image header says {width}x{height} = {width * height} pixels, over "
-                          f"data.max_image_pixels={max_pixels}; refused before decoding")
-        image.load()  # decodes fully: a truncated or corrupt file raises here
-        mode = "RGB" if channels == 3 else "L"
-        if image.mode != mode:
-            image = image.convert(mode)
-        height, width = int(size[0]), int(size[1])
-        if image.size != (width, height):
-            image = image.resize((width, height), Image.Resampling.BILINEAR)
-        return image.tobytes()
-
-
-def decode_text_file(path: Path, max_bytes: int) -> bytes:
-    """The file's bytes, after checking they are valid UTF-8 (raises UnicodeDecodeError otherwise); Refused
-    when over `max_bytes` (checked on the open file, and the read is bounded, so a growing file cannot pass)."""
-    with open(path, "rb") as fh:
-        length = os.fstat(fh.fileno()).st_size
-        raw = fh.read(max_bytes + 1) if length <= max_bytes else b""
-    if length > max_bytes or len(raw) > max_bytes:
-        raise Refused(f"{max(length, len(raw))} bytes, over data.max_text_bytes={max_bytes}; refused before reading")
-    raw.decode("utf-8")
-    return raw
-
-
 def _decoder(cfg) -> tuple:
-    """(decode(path) -> bytes, what a decoding failure means)."""
+    """(decode(path) -> (bytes, header or None), what a decoding failure means)."""
     d, ds = cfg.data, cfg.dataset
     if ds.modality == "image":
         size, channels = ds.image_size, ds.channels
-        return (lambda path: decode_image_file(path, size, channels, d.max_image_pixels)), "unreadable or corrupt image"
-    return (lambda path: decode_text_file(path, d.max_text_bytes)), "not a UTF-8 text file"
+        decode = lambda path: read_image_file(path, size, channels, d.max_image_pixels)  # (pixels, header)
+        return decode, "unreadable or corrupt image"
+    return (lambda path: (decode_text_file(path, d.max_text_bytes), None)), "not a UTF-8 text file"
 
 
 def _plan(cfg, files: dict) -> dict:
@@ -285,14 +249,14 @@ def open_directory(cfg) -> Source:
         for split in ("train", "validation", "test"):
             for entry in plan[split]:
                 try:
-                    value = decode(entry.path)
+                    value, header = decode(entry.path)
                 except Refused as exc:
                     bad.report(entry.path, str(exc))
                     continue
                 except Exception as exc:  # noqa: BLE001 - any decoder failure is this file's fault
                     bad.report(entry.path, f"{what} ({one_line(exc, 200)})")
                     continue
-                yield split, value, entry.label, f"{folders[split]}/{entry.key}"  # the name the data report uses
+                yield split, value, entry.label, f"{folders[split]}/{entry.key}", header
 
     from tfpipe.data.manifest import portable_path
 

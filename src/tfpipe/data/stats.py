@@ -1,10 +1,12 @@
 """Per-split statistics for the data report, accumulated while prepare streams the examples.
 
 Images: per-channel mean/std of the prepared pixels (0..255) and each example's perceptual hash, computed
-in batches. Texts: length in characters and in tokens (cut as the vocabulary was: dataset.standardize, then
-whitespace), token counts for the out-of-vocabulary rate, empty and near-empty documents, and each example's
-near-duplicate key. No TensorFlow here: the standardisation is re-done in Python, and a test checks it agrees
-with the vocabulary TextVectorization builds.
+in batches; the width, height, aspect ratio and mode of the source images as the one decode read them (the
+header, before conversion and resize: no second read), counted per distinct size and mode. Texts: length
+in characters and in tokens (cut as the vocabulary was: dataset.standardize, then whitespace), token
+counts for the out-of-vocabulary rate, empty and near-empty documents, and each example's near-duplicate
+key. No TensorFlow here: the standardisation is re-done in Python, and a test checks it agrees with the
+vocabulary TextVectorization builds.
 """
 
 from __future__ import annotations
@@ -37,24 +39,53 @@ def tokens(raw: bytes, standardize: str) -> list:
     return raw.translate(_ASCII_LOWER, _KERAS_STRIP).split()
 
 
-def _spread(values: list) -> dict:
-    if not values:
+def _spread(values, digits=None) -> dict:
+    """min/median/p95/max: integers' ends as integers and percentiles to 0.1, or everything to `digits`."""
+    if len(values) == 0:
         return {"min": None, "median": None, "p95": None, "max": None}
     array = np.asarray(values)
     median, p95 = np.percentile(array, [50, 95])
-    return {"min": int(array.min()), "median": round(float(median), 1), "p95": round(float(p95), 1), "max": int(array.max())}
+    end = int if digits is None else (lambda v: round(float(v), digits))
+    at = 1 if digits is None else digits
+    return {
+        "min": end(array.min()),
+        "median": round(float(median), at),
+        "p95": round(float(p95), at),
+        "max": end(array.max()),
+    }
+
+
+def source_images(sizes: Counter, modes: Counter, read_from: str) -> dict:
+    """The source images' spread of width, height and aspect ratio (width / height) from {(w, h): count},
+    and the count per mode, most frequent first."""
+    counts = np.fromiter(sizes.values(), dtype=np.int64, count=len(sizes))
+    width, height = (np.repeat(np.array([k[i] for k in sizes], dtype=np.int64), counts) for i in (0, 1))
+    return {
+        "read_from": read_from,
+        "width": _spread(width),
+        "height": _spread(height),
+        "aspect_ratio": _spread(width / np.maximum(height, 1), 3),
+        "modes": dict(sorted(modes.items(), key=lambda kv: (-kv[1], kv[0]))),
+    }
 
 
 class ImageStats:
-    def __init__(self, splits, shape):
+    def __init__(self, splits, shape, read_from: str):
         self.shape = tuple(int(d) for d in shape)
+        self.read_from = read_from  # where the source images' sizes come from, said in the report
+        self.sizes = {s: Counter() for s in splits}  # {(width, height): examples}
+        self.modes = {s: Counter() for s in splits}
         # per split and channel, how many pixels hold each value 0..255: exact mean/std, integer work only
         self.histograms = {s: np.zeros((self.shape[-1], 256), dtype=np.int64) for s in splits}
         self.hashes: list = []
         self.thumbs: list = []
         self._pending: list = []
 
-    def add(self, split: str, value: bytes, name: str, text=None) -> None:
+    def add(self, split: str, value: bytes, name: str, text=None, header=None) -> None:
+        if header is not None:
+            width, height, mode = header
+            self.sizes[split][width, height] += 1
+            self.modes[split][mode] += 1
         self._pending.append((split, value))
         if len(self._pending) == BATCH:
             self.flush()
@@ -76,12 +107,17 @@ class ImageStats:
     def split_report(self, split: str, vocabulary=None) -> dict:
         histogram = self.histograms[split].astype(np.float64)
         n = histogram[0].sum()
+        source = {"source_images": source_images(self.sizes[split], self.modes[split], self.read_from)}
         if not n:
-            return {"pixel_mean": None, "pixel_std": None}
+            return {"pixel_mean": None, "pixel_std": None, **source}
         values = np.arange(256, dtype=np.float64)
         mean = histogram @ values / n
         std = np.sqrt(np.maximum(histogram @ values**2 / n - mean**2, 0.0))
-        return {"pixel_mean": [round(float(v), 3) for v in mean], "pixel_std": [round(float(v), 3) for v in std]}
+        return {
+            "pixel_mean": [round(float(v), 3) for v in mean],
+            "pixel_std": [round(float(v), 3) for v in std],
+            **source,
+        }
 
 
 class TextStats:
@@ -95,7 +131,7 @@ class TextStats:
         self.empty = {s: {"empty": 0, "near_empty": 0, "examples": []} for s in splits}
         self.near_keys: list = []
 
-    def add(self, split: str, value: bytes, name: str, text: str) -> None:
+    def add(self, split: str, value: bytes, name: str, text: str, header=None) -> None:
         cut = tokens(value, self.standardize)
         self.chars[split].append(len(text))
         self.lengths[split].append(len(cut))

@@ -113,7 +113,8 @@ def _planned(cfg, reads: list, known_splits: dict) -> Optional[int]:
 
 @dataclass
 class _ImageValue:
-    """A TFDS image example -> uint8 [height, width, channels] (grey/colour converted, resized)."""
+    """A TFDS image example -> (uint8 [height, width, channels] (grey/colour converted, resized), label, the
+    decoded example's shape before that: the data report's source-image statistics)."""
 
     height: int
     width: int
@@ -123,6 +124,7 @@ class _ImageValue:
         import tensorflow as tf
 
         image = example["image"]
+        shape = tf.shape(image)
         if image.shape.rank == 2:
             image = image[..., tf.newaxis]
         if image.shape[-1] != self.channels:
@@ -130,7 +132,18 @@ class _ImageValue:
         if image.shape[0] != self.height or image.shape[1] != self.width:
             image = tf.image.resize(image, [self.height, self.width], antialias=True)
             image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
-        return tf.ensure_shape(image, [self.height, self.width, self.channels]), example["label"]
+        return tf.ensure_shape(image, [self.height, self.width, self.channels]), example["label"], shape
+
+
+_MODES = {1: "L", 3: "RGB", 4: "RGBA"}  # the channel counts tfds.features.Image holds, named as PIL modes
+
+
+def _header(shape) -> Optional[tuple]:
+    """(width, height, mode) of a decoded TFDS image's shape ([h, w] or [h, w, c]), None for texts."""
+    if shape is None:
+        return None
+    channels = int(shape[2]) if len(shape) > 2 else 1
+    return int(shape[1]), int(shape[0]), _MODES.get(channels, f"{channels} channels")
 
 
 def _text_value(example):
@@ -167,7 +180,7 @@ class _Stream:
         counts = {"train": 0, "validation": 0, "test": 0}
         routes = ("train", "validation") if (out == "train" and self.carve) else (out,)
         cap = self.cap
-        for index, (value, label) in enumerate(ds.as_numpy_iterator()):
+        for index, (value, label, *shape) in enumerate(ds.as_numpy_iterator()):
             target = out
             if out == "train" and self.carve and stable_fraction(self.seed, f"{name}:{index}") < self.fraction:
                 target = "validation"
@@ -176,7 +189,7 @@ class _Stream:
                     break
                 continue
             counts[target] += 1
-            yield target, self.to_bytes(value), int(label)
+            yield target, self.to_bytes(value), int(label), None, _header(shape[0] if shape else None)
 
 
 def open_tfds(cfg) -> Source:
