@@ -315,3 +315,38 @@ def test_a_killed_evaluate_leaves_the_previous_reports_whole_and_the_rerun_compl
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert run.info.status == "FINISHED" and "test_accuracy" in run.data.metrics
+
+
+@pytest.mark.slow
+def test_a_store_locked_longer_than_sqlite_waits_fails_the_stage_in_one_line(prepared_image, tmp_path):
+    """Another program holds mlflow.db's write lock (`BEGIN EXCLUSIVE`, held here by this process) for the
+    whole stage: `python -m pipeline.train` stops with exit 2 and one line naming the store and the lock."""
+    import sqlite3
+
+    from tfpipe.tracking import backend
+
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "conf", project / "conf")
+    db = project / "mlflow.db"
+    backend.init_store(f"sqlite:///{db}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TF_CONFIG"))}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]), TF_CPP_MIN_LOG_LEVEL="2")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.train",
+        *EVAL_TINY,
+        f"data.output_dir={prepared_image.prepared_dir}",
+    ]
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert lines[-1].startswith("train: error: ") and str(db) in lines[-1] and "locked" in lines[-1], lines[
+        -1
+    ]
