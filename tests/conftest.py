@@ -46,6 +46,36 @@ def _no_leaked_environment():
 
 
 @pytest.fixture
+def mount_tmpfs():
+    """mount_tmpfs(path): a real tmpfs mounted at `path` (created), unmounted after the test. Needs root:
+    elsewhere the test is skipped, but under CI (env CI=true, where the tests run as root) it fails instead,
+    so a skip there cannot hide that the mount cases did not run."""
+    import shutil
+    import subprocess
+
+    mounted = []
+
+    def _mount(path: Path, size: str = "64m") -> Path:
+        why = None
+        if os.geteuid() != 0 or shutil.which("mount") is None:
+            why = "mounting a tmpfs needs root (and the mount command)"
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)]).returncode:
+                why = f"this machine does not allow mounting a tmpfs at {path}"
+        if why is not None:
+            if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
+                pytest.fail(f"CI=true but {why}", pytrace=False)
+            pytest.skip(why)
+        mounted.append(path)
+        return path
+
+    yield _mount
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", str(path)])
+
+
+@pytest.fixture
 def restore_float32_policy():
     """Tests that set a Keras mixed-precision policy leave the global policy at float32."""
     yield

@@ -9,6 +9,7 @@ uninterrupted one, and the MLflow run holds every step's metrics exactly once.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -301,6 +302,31 @@ def test_a_fallback_over_damaged_checkpoints_says_so_in_one_line(tmp_path, caplo
     assert "\n" not in warnings[0] and all(f"ckpt-{n}" in warnings[0] for n in (1, 2, 3)), warnings[0]
 
 
+def test_a_stale_temp_folder_of_an_interrupted_save_is_removed_at_the_next_start(tmp_path, caplog):
+    """An interrupted save leaves `ckpt-N_temp/` (TensorFlow writes the shards there, then merges them into
+    ckpt-N): the next start removes it, says so in one line, and resumes from the newest whole checkpoint."""
+    from tfpipe.workdir import WorkDir
+
+    saved = _counter_checkpoint()
+    work = WorkDir(tmp_path)
+    work.open_checkpoints(saved, chief=True, max_to_keep=3)
+    for step in (1, 2):
+        saved.step.assign(step)
+        work.save_checkpoint(step)
+    checkpoints = tmp_path / "checkpoints"
+    stale = checkpoints / "ckpt-3_temp"  # what a save killed before its merge leaves, with real shard files
+    stale.mkdir()
+    for part in checkpoints.glob("ckpt-2.*"):
+        shutil.copy(part, stale / part.name.replace("ckpt-2", "part-00000-of-00001"))
+    restored = _counter_checkpoint()
+    with caplog.at_level("INFO", logger="tfpipe.workdir"):
+        assert WorkDir(tmp_path).open_checkpoints(restored, chief=True, max_to_keep=3)
+    assert not stale.exists() and not list(checkpoints.glob("*_temp*"))
+    assert int(restored.step.numpy()) == 2
+    lines = [r.getMessage() for r in caplog.records if "ckpt-3_temp" in r.getMessage()]
+    assert len(lines) == 1 and "interrupted" in lines[0] and "\n" not in lines[0], lines
+
+
 def _damage(checkpoints: Path, case: str) -> None:
     """Real damage to the newest checkpoint (ckpt-5) of a run with checkpoints at steps 2, 4, 5."""
     if case == "truncated index":
@@ -321,7 +347,7 @@ def _damage(checkpoints: Path, case: str) -> None:
     "case",
     ["truncated index", "missing index", "state names a missing checkpoint", "every checkpoint damaged"],
 )
-def test_damaged_checkpoints_fall_back_or_stop_in_one_line(prepared_image, tmp_path, case):
+def test_damaged_checkpoints_fall_back_or_stop_in_one_line(prepared_image, tmp_path, case, caplog):
     from tfpipe.errors import UserError
 
     prepared, out = prepared_image.prepared_dir, tmp_path / "run"
@@ -335,8 +361,15 @@ def test_damaged_checkpoints_fall_back_or_stop_in_one_line(prepared_image, tmp_p
         message = str(info.value)
         assert "\n" not in message and "no readable checkpoint" in message and "delete the folder" in message
         return
-    resumed = training.train(again, prepared_dir=prepared, output_dir=out)
+    with caplog.at_level("INFO", logger="tfpipe.workdir"):
+        resumed = training.train(again, prepared_dir=prepared, output_dir=out)
     assert resumed.resumed_at_step == 4 and resumed.steps == 10
+    warnings = [
+        r.getMessage() for r in caplog.records if r.name == "tfpipe.workdir" and r.levelno >= logging.WARNING
+    ]
+    assert len(warnings) == 1, warnings  # one line for the fallback, naming what it skipped and what it took
+    assert "\n" not in warnings[0] and "skipped the damaged ckpt-5 (" in warnings[0], warnings[0]
+    assert "resumed from ckpt-4" in warnings[0], warnings[0]
 
 
 @pytest.fixture

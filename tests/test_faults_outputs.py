@@ -262,3 +262,91 @@ def test_two_runs_logging_to_one_sqlite_store_at_once_both_finish(tmp_path):
         assert run.info.status == "FINISHED"
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")]
         assert sorted(steps) == list(range(200))
+
+
+EVAL_TINY = [  # prepared_image: a few seconds of training, no model upload
+    "model.filters=[8,8]",
+    "model.dense_units=16",
+    "train.batch_size_per_replica=4",
+    "train.epochs=1",
+    "tracking.log_model=false",
+    "train.tensorboard=false",
+]
+
+
+@pytest.mark.slow
+def test_a_killed_evaluate_leaves_the_previous_reports_whole_and_the_rerun_completes(
+    prepared_image, tmp_path
+):
+    """SIGKILL a real `python -m pipeline.evaluate` at random moments of its run (load, scoring, writing the
+    reports, logging): metrics/eval.json is never half of one; the same command again completes and ends
+    the run FINISHED."""
+    from mlflow import MlflowClient
+
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "conf", project / "conf")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TF_CONFIG"))}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]), TF_CPP_MIN_LOG_LEVEL="2")
+    overrides = [*EVAL_TINY, f"data.output_dir={prepared_image.prepared_dir}"]
+
+    def stage(name: str) -> list:
+        return [sys.executable, "-m", f"pipeline.{name}", *overrides]
+
+    for name in ("train", "evaluate"):
+        started = time.monotonic()
+        done = subprocess.run(stage(name), cwd=project, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    runtime = time.monotonic() - started  # of the whole evaluate: the kills fall anywhere in it
+    report = project / "metrics" / "eval.json"
+    before = report.read_bytes()
+    rng = random.Random(23)
+    for _ in range(2):
+        proc = subprocess.Popen(stage("evaluate"), cwd=project, env=env, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.5, 1.0) * runtime)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        # absent (as `dvc repro` leaves it) or the previous report, whole (the same model scores the same)
+        assert not report.exists() or report.read_bytes() == before, report.read_bytes()[:200]
+    done = subprocess.run(
+        stage("evaluate"), cwd=project, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert report.read_bytes() == before
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.status == "FINISHED" and "test_accuracy" in run.data.metrics
+
+
+@pytest.mark.slow
+def test_a_store_locked_longer_than_sqlite_waits_fails_the_stage_in_one_line(prepared_image, tmp_path):
+    """Another program holds mlflow.db's write lock (`BEGIN EXCLUSIVE`, held here by this process) for the
+    whole stage: `python -m pipeline.train` stops with exit 2 and one line naming the store and the lock."""
+    import sqlite3
+
+    from tfpipe.tracking import backend
+
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "conf", project / "conf")
+    db = project / "mlflow.db"
+    backend.init_store(f"sqlite:///{db}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TF_CONFIG"))}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]), TF_CPP_MIN_LOG_LEVEL="2")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.train",
+        *EVAL_TINY,
+        f"data.output_dir={prepared_image.prepared_dir}",
+    ]
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert lines[-1].startswith("train: error: ") and str(db) in lines[-1] and "locked" in lines[-1], lines[
+        -1
+    ]

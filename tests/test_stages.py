@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from tfpipe import workdir
 from tfpipe.workdir import WorkDir
@@ -51,3 +58,42 @@ def test_a_symlinked_work_dir_is_cleared_not_removed(tmp_path):
     out.symlink_to(real, target_is_directory=True)
     WorkDir(out).prepare("def")  # shutil.rmtree would refuse a symlink
     assert out.is_symlink() and real.is_dir() and not any(real.iterdir())
+
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_TRAIN = [  # prepared_image: 21 train examples, a few seconds of training
+    "model.filters=[8,8]",
+    "model.dense_units=16",
+    "train.batch_size_per_replica=4",
+    "train.epochs=1",
+    "tracking.log_model=false",
+    "train.tensorboard=false",
+]
+
+
+@pytest.mark.slow
+def test_a_mounted_work_dir_is_cleared_not_removed_and_a_fresh_run_trains(
+    prepared_image, tmp_path, mount_tmpfs
+):
+    """models/<dataset> is a real mount point (a tmpfs, as a Kubernetes volume or a bigger disk would be)
+    holding another config's checkpoints: `python -m pipeline.train` clears its contents (rmtree of the
+    folder itself fails: Device or resource busy), keeps the mount and trains into it."""
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "conf", project / "conf")
+    out = mount_tmpfs(project / "models" / "cifar10")
+    _checkpoints(out, "another-config")
+    (out / "old.txt").write_text("from another run")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TF_CONFIG"))}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]), TF_CPP_MIN_LOG_LEVEL="2")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.train",
+        *TINY_TRAIN,
+        f"data.output_dir={prepared_image.prepared_dir}",
+    ]
+    proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert os.path.ismount(out) and not (out / "old.txt").exists()
+    assert (out / workdir.TRAINING_STATE).is_file() and (out / workdir.WEIGHTS_FILE).is_file()
+    assert (out / "checkpoints" / "fingerprint.txt").read_text().strip() != "another-config"

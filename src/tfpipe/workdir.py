@@ -96,7 +96,9 @@ class WorkDir:
             self._scratch = Path(tempfile.mkdtemp(prefix="tfpipe-worker-"))
             directory = self._scratch / CHECKPOINTS
         self._manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=max_to_keep)
-        self._remove_partial_saves()  # left by a save that a full disk or a kill interrupted
+        removed = self._remove_partial_saves()  # left by a save that a full disk or a kill interrupted
+        if removed:
+            log.info("removed %s, left by an interrupted checkpoint save", ", ".join(removed))
         restored = self._restore_newest_readable(checkpoint)
         if restored is None:
             return False
@@ -160,12 +162,16 @@ class WorkDir:
         resume = f"it resumes from {Path(previous).name}" if previous else "it starts over"
         return f"{self.checkpoint_dir}: cannot save checkpoint ckpt-{step}: {cause}; fix that and run the same command again: {resume}"
 
-    def _remove_partial_saves(self) -> None:
-        """What an interrupted save leaves behind (TensorFlow writes `<prefix>_temp/` first, then renames)."""
-        for partial in self.checkpoint_dir.glob("*_temp*"):
+    def _remove_partial_saves(self) -> List[str]:
+        """What an interrupted save leaves behind (TensorFlow writes `<prefix>_temp/` first, then renames);
+        returns the names removed."""
+        removed = []
+        for partial in sorted(self.checkpoint_dir.glob("*_temp*")):
             shutil.rmtree(partial, ignore_errors=True) if partial.is_dir() else partial.unlink(
                 missing_ok=True
             )
+            removed.append(partial.name)
+        return removed
 
     @property
     def export_dir(self) -> Path:

@@ -2,8 +2,12 @@
 manifest.json, vocab.txt), atomically.
 
 Everything is written into a temporary sibling folder (`<output_dir>.tmp-<pid>`) that replaces
-`output_dir` by rename only once complete; any error (or interrupt) removes it. Examples are streamed
-from the source to the shard writers, so memory does not grow with the dataset.
+`output_dir` by rename only once complete; any error (or interrupt) removes it. An `output_dir` that is a
+symlink or a mount point cannot be replaced by rename: the temporary folder is made inside it
+(`.prepare.tmp-<pid>`, on the same filesystem) and its files are moved in once complete, after the old
+manifest is removed and with the new manifest moved last, so a kill midway leaves no folder that looks
+complete. Examples are streamed from the source to the shard writers, so memory does not grow with the
+dataset.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from tfpipe.data import sources
 from tfpipe.data.manifest import (
     FORMAT_VERSION,
+    MANIFEST_FILE,
     SPLITS,
     VOCAB_FILE,
     manifest_config,
@@ -27,6 +32,8 @@ from tfpipe.errors import DataError
 
 log = logging.getLogger(__name__)
 
+TEMP_INSIDE = ".prepare.tmp-"  # the temp folder inside a symlinked or mounted output_dir
+
 
 def prepare(cfg, *, progress: bool = True) -> dict:
     output_dir = Path(os.path.abspath(cfg.data.output_dir))
@@ -35,13 +42,11 @@ def prepare(cfg, *, progress: bool = True) -> dict:
     reference = load_reference(cfg)  # a missing or foreign reference report stops us before anything is read
     source = _open_source(cfg)  # cheap layout checks / builder setup happen here, before any writing
     _remove_stale_temps(output_dir)
-    tmp = output_dir.with_name(f"{output_dir.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    in_place = output_dir.is_symlink() or os.path.ismount(output_dir)  # neither can be renamed away
+    tmp = _temp_folder(output_dir, in_place)
     try:
         manifest = _write_all(cfg, source, tmp, progress, reference)
-        _swap_into_place(tmp, output_dir)
+        (_replace_contents if in_place else _swap_into_place)(tmp, output_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -173,6 +178,32 @@ def _finish_manifest(cfg, source, tmp: Path, key: str, shards: dict, counts: dic
     return manifest
 
 
+def _temp_folder(output_dir: Path, inside: bool) -> Path:
+    """An empty folder on output_dir's filesystem to write into: a sibling, or inside a symlinked or mounted
+    output_dir (made through the link when its target is missing)."""
+    if inside:
+        os.makedirs(os.path.realpath(output_dir), exist_ok=True)
+        tmp = output_dir / f"{TEMP_INSIDE}{os.getpid()}"
+    else:
+        tmp = output_dir.with_name(f"{output_dir.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def _replace_contents(tmp: Path, output_dir: Path) -> None:
+    """Replace what is inside output_dir (a symlink or a mount point) by the finished temp folder inside it:
+    the old manifest goes first and the new one comes last, so a kill midway leaves no manifest."""
+    (output_dir / MANIFEST_FILE).unlink(missing_ok=True)
+    for child in output_dir.iterdir():
+        if child.name != tmp.name:
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    for child in sorted(tmp.iterdir(), key=lambda p: p.name == MANIFEST_FILE):
+        os.replace(child, output_dir / child.name)
+    tmp.rmdir()
+
+
 def _swap_into_place(tmp: Path, output_dir: Path) -> None:
     """Replace output_dir by the finished temp folder; only renames, so output_dir is never half-written."""
     old = None
@@ -190,12 +221,14 @@ def _swap_into_place(tmp: Path, output_dir: Path) -> None:
 
 
 def _remove_stale_temps(output_dir: Path) -> None:
-    """Temp/old siblings left by a killed prepare (its pid is gone)."""
+    """Temp/old siblings (or a temp folder inside a symlinked or mounted output) left by a killed prepare
+    (its pid is gone)."""
     parent = output_dir.parent
     if not parent.is_dir():
         return
-    for marker in (".tmp-", ".old-"):
-        for path in parent.glob(f"{output_dir.name}{marker}*"):
+    for folder, pattern in ((parent, f"{output_dir.name}.tmp-*"), (parent, f"{output_dir.name}.old-*"),
+                            (output_dir, f"{TEMP_INSIDE}*")):
+        for path in folder.glob(pattern) if folder.is_dir() else ():
             pid = path.name.rsplit("-", 1)[-1]
             if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
                 shutil.rmtree(path, ignore_errors=True)

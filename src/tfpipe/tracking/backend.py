@@ -246,6 +246,13 @@ def init_store(uri: str) -> None:
         if fcntl:
             fcntl.flock(folder, fcntl.LOCK_EX)
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    except Exception as exc:  # opening the store raises SQLAlchemy's own OperationalError, not MLflow's
+        if "database is locked" not in str(exc):
+            raise
+        raise TrackingError(
+            f"MLflow store {path}: the database is locked by another program (SQLite waited and gave up); "
+            "let it finish or stop it (a backup, `mlflow gc`, a DB browser), then run the same command again"
+        ) from None
     finally:
         os.close(folder)  # releases the lock
 
