@@ -14,7 +14,6 @@ Public API:
 The manifest functions import no TensorFlow; `prepare` and `make_dataset` import it on first use.
 """
 
-from tfpipe.errors import DataError
 from tfpipe.data.manifest import (
     MANIFEST_FILE,
     VOCAB_FILE,
@@ -23,6 +22,7 @@ from tfpipe.data.manifest import (
     manifest_digest,
     verify_shards,
 )
+from tfpipe.errors import DataError
 
 __all__ = [
     "DataError",

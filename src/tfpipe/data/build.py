@@ -64,8 +64,14 @@ def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool, reference
     writers = {split: ShardedWriter(tmp, split, cfg.data.examples_per_shard) for split in SPLITS}
     bad = sources.BadFiles(cfg.data.on_bad_file, Path(os.path.abspath(cfg.data.path)))
     # Redraw often on a terminal, every 10 s in a log file (DVC and CI capture stderr).
-    bar = tqdm(total=source.planned, disable=not progress, unit="ex", desc=f"prepare {ds_cfg.name}",
-               dynamic_ncols=True, mininterval=0.1 if sys.stderr.isatty() else 10.0)
+    bar = tqdm(
+        total=source.planned,
+        disable=not progress,
+        unit="ex",
+        desc=f"prepare {ds_cfg.name}",
+        dynamic_ncols=True,
+        mininterval=0.1 if sys.stderr.isatty() else 10.0,
+    )
     collector = _collector(cfg, source)
     moments = ChannelMoments(_feature(ds_cfg)["shape"]) if modality == "image" else None
     try:
@@ -88,8 +94,10 @@ def _write_all(cfg, source: sources.Source, tmp: Path, progress: bool, reference
     for split in ("train", "test"):
         if counts[split] == 0:
             where = cfg.data.path if cfg.data.source == "directory" else f"tfds {ds_cfg.tfds_name}"
-            raise DataError(f"{where}: no usable examples in the {split} split "
-                            f"({bad.count} bad files skipped); expected at least one")
+            raise DataError(
+                f"{where}: no usable examples in the {split} split "
+                f"({bad.count} bad files skipped); expected at least one"
+            )
     normalization = None if moments is None else {"split": "train", "scale": "0..1", **moments.result()}
     manifest = _finish_manifest(cfg, source, tmp, key, shards, counts, bad, normalization)
     if collector is not None:
@@ -141,7 +149,9 @@ def _feature(ds_cfg) -> dict:
     return {"dtype": "string", "shape": []}
 
 
-def _finish_manifest(cfg, source, tmp: Path, key: str, shards: dict, counts: dict, bad, normalization) -> dict:
+def _finish_manifest(
+    cfg, source, tmp: Path, key: str, shards: dict, counts: dict, bad, normalization
+) -> dict:
     """The vocabulary (text) and the manifest of the written shards (`normalization`: images' per-channel
     mean/std of the train split, None for texts)."""
     ds_cfg = cfg.dataset
@@ -152,8 +162,9 @@ def _finish_manifest(cfg, source, tmp: Path, key: str, shards: dict, counts: dic
         from tfpipe.textnorm import DEFAULT as DEFAULT_STANDARDIZE
 
         standardize = ds_cfg.standardize or DEFAULT_STANDARDIZE
-        vocab_size = build_vocab([tmp / s["file"] for s in shards["train"]], tmp / VOCAB_FILE, ds_cfg.max_tokens,
-                                 standardize)
+        vocab_size = build_vocab(
+            [tmp / s["file"] for s in shards["train"]], tmp / VOCAB_FILE, ds_cfg.max_tokens, standardize
+        )
         vocab_file = VOCAB_FILE
     feature = _feature(ds_cfg)
     manifest = {
@@ -226,8 +237,11 @@ def _remove_stale_temps(output_dir: Path) -> None:
     parent = output_dir.parent
     if not parent.is_dir():
         return
-    for folder, pattern in ((parent, f"{output_dir.name}.tmp-*"), (parent, f"{output_dir.name}.old-*"),
-                            (output_dir, f"{TEMP_INSIDE}*")):
+    for folder, pattern in (
+        (parent, f"{output_dir.name}.tmp-*"),
+        (parent, f"{output_dir.name}.old-*"),
+        (output_dir, f"{TEMP_INSIDE}*"),
+    ):
         for path in folder.glob(pattern) if folder.is_dir() else ():
             pid = path.name.rsplit("-", 1)[-1]
             if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):

@@ -84,7 +84,9 @@ def same_colours(thumbs: np.ndarray, pairs: list, max_diff: float) -> list:
     if not pairs:
         return []
     i, j = np.asarray(pairs).T
-    diff = np.abs(thumbs[i].astype(np.int16) - thumbs[j].astype(np.int16)).reshape(len(pairs), -1).mean(axis=1)
+    diff = (
+        np.abs(thumbs[i].astype(np.int16) - thumbs[j].astype(np.int16)).reshape(len(pairs), -1).mean(axis=1)
+    )
     return [pair for pair, d in zip(pairs, diff.tolist()) if d <= max_diff]
 
 

@@ -29,7 +29,9 @@ def load_reference(cfg) -> dict | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataError(f"{key}: not a readable JSON data report ({type(exc).__name__})") from None
     if not isinstance(reference, dict) or "splits" not in reference or "modality" not in reference:
-        raise DataError(f"{key}: not a data report (no 'splits'/'modality'); expected a report.json from prepare")
+        raise DataError(
+            f"{key}: not a data report (no 'splits'/'modality'); expected a report.json from prepare"
+        )
     if reference["modality"] != cfg.dataset.modality:
         raise DataError(
             f"{key}: a report of {reference['modality']} data, but dataset {cfg.dataset.name!r} is "
@@ -40,8 +42,14 @@ def load_reference(cfg) -> dict | None:
 
 def _class_anomalies(split: str, old: dict, new: dict, max_shift: float) -> list:
     old_classes, new_classes = old.get("classes", {}), new.get("classes", {})
-    lines = [f"{split}: class {c!r}: reference has it, now missing" for c in sorted(set(old_classes) - set(new_classes))]
-    lines += [f"{split}: class {c!r}: not in the reference, now added" for c in sorted(set(new_classes) - set(old_classes))]
+    lines = [
+        f"{split}: class {c!r}: reference has it, now missing"
+        for c in sorted(set(old_classes) - set(new_classes))
+    ]
+    lines += [
+        f"{split}: class {c!r}: not in the reference, now added"
+        for c in sorted(set(new_classes) - set(old_classes))
+    ]
     for name in sorted(set(old_classes) & set(new_classes)):
         before, after = old_classes[name]["share"] or 0.0, new_classes[name]["share"] or 0.0
         if abs(after - before) > max_shift:
@@ -72,9 +80,15 @@ def apply(reference: dict | None, report: dict, validation) -> None:
     if reference is None:
         return
     anomalies = compare(reference, report, validation)
-    report["drift"] = {"reference": str(validation.reference), "policy": validation.drift, "anomalies": anomalies}
+    report["drift"] = {
+        "reference": str(validation.reference),
+        "policy": validation.drift,
+        "anomalies": anomalies,
+    }
     if anomalies and validation.drift == "fail":
         more = f" (and {len(anomalies) - 1} more)" if len(anomalies) > 1 else ""
-        raise DataError(f"data.validation.drift=fail: {anomalies[0]}{more}; or set data.validation.drift=warn")
+        raise DataError(
+            f"data.validation.drift=fail: {anomalies[0]}{more}; or set data.validation.drift=warn"
+        )
     for line in anomalies:
         log.warning("drift: %s", line)

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from tfpipe.choices import SHARD_POLICIES  # noqa: F401 - how input pipelines (workers) split a split
 from tfpipe.data.manifest import load_manifest
 from tfpipe.data.tfrecords import parse_batch_fn
 from tfpipe.errors import DataError
-
-from tfpipe.choices import SHARD_POLICIES  # noqa: F401 - how input pipelines (workers) split a split
 
 
 def make_dataset(

@@ -38,7 +38,9 @@ def apply(collector, found: dict, tmp: Path, shards: dict, counts: dict, per_sha
         return []
     positions = {collector.ex.positions[i] for i in leaked}
     shards["test"], counts["test"] = _rewrite_test(tmp, shards["test"], positions, per_shard)
-    log.warning("leakage: dropped %s from the test split (data.validation.leakage=drop)", _describe(collector, found))
+    log.warning(
+        "leakage: dropped %s from the test split (data.validation.leakage=drop)", _describe(collector, found)
+    )
     return list(leaked)
 
 

@@ -55,17 +55,25 @@ def load_manifest(prepared_dir: str | os.PathLike) -> dict:
     """Read and sanity-check `<prepared_dir>/manifest.json`."""
     path = Path(prepared_dir) / MANIFEST_FILE
     if not path.is_file():
-        raise DataError(f"{path}: manifest not found; run the prepare stage first (python pipeline/prepare.py)")
+        raise DataError(
+            f"{path}: manifest not found; run the prepare stage first (python pipeline/prepare.py)"
+        )
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: unreadable manifest ({_one_line(exc)}); run the prepare stage again") from None
+        raise DataError(
+            f"{path}: unreadable manifest ({_one_line(exc)}); run the prepare stage again"
+        ) from None
     if not isinstance(manifest, dict):
         raise DataError(f"{path}: expected a JSON object; run the prepare stage again")
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
-        raise DataError(f"{path}: format_version {version!r}, this code reads {FORMAT_VERSION}; run prepare again")
-    missing = [k for k in ("modality", "feature_spec", "class_names", "num_classes", "splits") if k not in manifest]
+        raise DataError(
+            f"{path}: format_version {version!r}, this code reads {FORMAT_VERSION}; run prepare again"
+        )
+    missing = [
+        k for k in ("modality", "feature_spec", "class_names", "num_classes", "splits") if k not in manifest
+    ]
     if missing:
         raise DataError(f"{path}: missing keys {', '.join(missing)}; run the prepare stage again")
     return manifest
@@ -87,7 +95,9 @@ def verify_shards(prepared_dir: str | os.PathLike, manifest: dict | None = None)
                     "run the prepare stage again"
                 )
             if sha256_file(path) != shard["sha256"]:
-                raise DataError(f"{path}: sha256 does not match the manifest (altered); run the prepare stage again")
+                raise DataError(
+                    f"{path}: sha256 does not match the manifest (altered); run the prepare stage again"
+                )
     vocab = manifest.get("vocab_file")
     if vocab and not (prepared_dir / vocab).is_file():
         raise DataError(f"{prepared_dir / vocab}: vocabulary file is missing; run the prepare stage again")
@@ -97,7 +107,9 @@ def manifest_digest(prepared_dir: str | os.PathLike) -> str:
     """sha256 of the manifest.json bytes: identifies the prepared data (it holds every shard's sha256)."""
     path = Path(prepared_dir) / MANIFEST_FILE
     if not path.is_file():
-        raise DataError(f"{path}: manifest not found; run the prepare stage first (python pipeline/prepare.py)")
+        raise DataError(
+            f"{path}: manifest not found; run the prepare stage first (python pipeline/prepare.py)"
+        )
     return sha256_file(path)
 
 

@@ -108,7 +108,10 @@ class Collector:
             "dataset": manifest["dataset"],
             "modality": self.modality,
             "splits": {s: self._split(s, dropped, vocabulary) for s in SPLITS},
-            "skipped_files": {"count": manifest["skipped_files"]["count"], "see": f"{MANIFEST_FILE}: skipped_files"},
+            "skipped_files": {
+                "count": manifest["skipped_files"]["count"],
+                "see": f"{MANIFEST_FILE}: skipped_files",
+            },
             "duplicates": {"exact": found["exact"], "near": found["near"]},
             "leakage": self._leakage(found, dropped),
             "settings": {k: getattr(self.validation, k) for k in vars(self.validation)},
@@ -147,7 +150,9 @@ def headline(report: dict) -> dict:
     out["near_duplicates_within"] = sum(v["duplicates"] for v in near["within"].values())
     out["exact_test_in_train"] = exact["across"]["train-test"]["examples_in_test"]
     out["near_test_in_train"] = near["across"]["train-test"]["examples_in_test"]
-    out["conflicting_label_groups"] = exact["conflicting_labels"]["groups"] + near["conflicting_labels"]["groups"]
+    out["conflicting_label_groups"] = (
+        exact["conflicting_labels"]["groups"] + near["conflicting_labels"]["groups"]
+    )
     out["test_dropped"] = report["leakage"]["dropped"]
     out["skipped_files"] = report["skipped_files"]["count"]
     if report["modality"] == "image":

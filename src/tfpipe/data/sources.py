@@ -92,7 +92,8 @@ def _extensions(cfg) -> tuple:
 
 def _class_folders(split_dir: Path) -> list:
     return sorted(
-        p.name for p in split_dir.iterdir()
+        p.name
+        for p in split_dir.iterdir()
         if p.is_dir() and not p.name.startswith(".") and p.name not in IGNORED_CLASS_FOLDERS
     )
 
@@ -129,10 +130,14 @@ def scan_directory(cfg) -> tuple:
     train_dir = root / d.train_split
     class_names = _class_folders(train_dir)
     if not class_names:
-        raise DataError(f"{train_dir}: no class folders; expected one folder per class with "
-                        f"{'|'.join('*' + e for e in extensions)} files")
+        raise DataError(
+            f"{train_dir}: no class folders; expected one folder per class with "
+            f"{'|'.join('*' + e for e in extensions)} files"
+        )
     if len(class_names) < 2:
-        raise DataError(f"{train_dir}: only one class folder ({class_names[0]}); expected at least two classes")
+        raise DataError(
+            f"{train_dir}: only one class folder ({class_names[0]}); expected at least two classes"
+        )
     items = []
     for split, name in wanted:
         _check_classes(root / name, class_names)
@@ -149,11 +154,17 @@ def _check_classes(split_dir: Path, class_names: list) -> None:
         missing = sorted(set(class_names) - set(present))
         extra = sorted(set(present) - set(class_names))
         detail = "; ".join(
-            part for part in (f"missing {', '.join(missing)}" if missing else "",
-                              f"unexpected {', '.join(extra)}" if extra else "") if part
+            part
+            for part in (
+                f"missing {', '.join(missing)}" if missing else "",
+                f"unexpected {', '.join(extra)}" if extra else "",
+            )
+            if part
         )
-        raise DataError(f"{split_dir}: class folders do not match the train split's ({detail}); "
-                        f"expected {', '.join(class_names)}")
+        raise DataError(
+            f"{split_dir}: class folders do not match the train split's ({detail}); "
+            f"expected {', '.join(class_names)}"
+        )
 
 
 def _list_split(walker: walk.Walk, split: str, split_dir: Path, class_names: list) -> list:
@@ -163,10 +174,13 @@ def _list_split(walker: walk.Walk, split: str, split_dir: Path, class_names: lis
         class_dir = split_dir / class_name
         listed = walker.list_class(class_dir)
         if not listed:
-            raise DataError(f"{class_dir}: empty class folder; expected "
-                            f"{'|'.join('*' + e for e in walker.extensions)} files")
-        items.extend((f, (split, FileEntry(f.path.relative_to(split_dir).as_posix(), f.path, label)))
-                     for f in listed)
+            raise DataError(
+                f"{class_dir}: empty class folder; expected "
+                f"{'|'.join('*' + e for e in walker.extensions)} files"
+            )
+        items.extend(
+            (f, (split, FileEntry(f.path.relative_to(split_dir).as_posix(), f.path, label))) for f in listed
+        )
     return items
 
 
@@ -241,7 +255,11 @@ def open_directory(cfg) -> Source:
     plan = _plan(cfg, files)
     decode, what = _decoder(cfg)
 
-    folders = {"train": d.train_split, "validation": d.validation_split or d.train_split, "test": d.test_split}
+    folders = {
+        "train": d.train_split,
+        "validation": d.validation_split or d.train_split,
+        "test": d.test_split,
+    }
 
     def stream(bad: BadFiles) -> Iterator[Triple]:
         for path, reason in refused:

@@ -137,7 +137,9 @@ class TextStats:
         self.lengths[split].append(len(cut))
         if len(self.lengths[split]) <= OOV_DOCUMENTS:
             self.counts[split].update(cut)
-        self.near_keys.append(dedup.digest(b" ".join(cut)))  # near: the same tokens, whatever case and spacing
+        self.near_keys.append(
+            dedup.digest(b" ".join(cut))
+        )  # near: the same tokens, whatever case and spacing
         if len(cut) <= self.near_empty_tokens:
             entry = self.empty[split]
             entry["empty" if not cut else "near_empty"] += 1

@@ -74,7 +74,9 @@ def _builder(cfg):
     try:
         builder = tfds.builder(ds_cfg.tfds_name, data_dir=d.tfds_data_dir)
     except Exception as exc:  # noqa: BLE001 - unknown name, bad data_dir...
-        raise DataError(f"tfds builder {ds_cfg.tfds_name!r}: {one_line(exc, 200)} (dataset.tfds_name)") from None
+        raise DataError(
+            f"tfds builder {ds_cfg.tfds_name!r}: {one_line(exc, 200)} (dataset.tfds_name)"
+        ) from None
     if not builder.is_prepared() and not _download_is_patched(builder):
         host, port = _probe_target(ds_cfg.tfds_name)
         if not is_reachable(host, port):
@@ -82,8 +84,10 @@ def _builder(cfg):
     try:
         builder.download_and_prepare()
     except Exception as exc:  # noqa: BLE001
-        raise DataError(f"tfds {ds_cfg.tfds_name!r}: download_and_prepare failed ({one_line(exc, 200)}); "
-                        f"data.source=directory data.path=<local copy> avoids the download") from None
+        raise DataError(
+            f"tfds {ds_cfg.tfds_name!r}: download_and_prepare failed ({one_line(exc, 200)}); "
+            f"data.source=directory data.path=<local copy> avoids the download"
+        ) from None
     return builder
 
 
@@ -97,7 +101,9 @@ def _reads(cfg, known_splits: dict) -> list:
     for _, name in names:
         base = name.split("[")[0]
         if known_splits and base not in known_splits:
-            raise DataError(f"tfds {cfg.dataset.tfds_name!r}: no split {name!r}; available: {', '.join(known_splits)}")
+            raise DataError(
+                f"tfds {cfg.dataset.tfds_name!r}: no split {name!r}; available: {', '.join(known_splits)}"
+            )
     return names
 
 
@@ -107,7 +113,11 @@ def _planned(cfg, reads: list, known_splits: dict) -> Optional[int]:
         if name not in known_splits:
             return None
         n = known_splits[name].num_examples
-        planned += n if cap is None else min(n, cap * (2 if (out == "train" and not cfg.data.validation_split) else 1))
+        planned += (
+            n
+            if cap is None
+            else min(n, cap * (2 if (out == "train" and not cfg.data.validation_split) else 1))
+        )
     return planned
 
 
@@ -128,7 +138,9 @@ class _ImageValue:
         if image.shape.rank == 2:
             image = image[..., tf.newaxis]
         if image.shape[-1] != self.channels:
-            image = tf.image.grayscale_to_rgb(image) if self.channels == 3 else tf.image.rgb_to_grayscale(image)
+            image = (
+                tf.image.grayscale_to_rgb(image) if self.channels == 3 else tf.image.rgb_to_grayscale(image)
+            )
         if image.shape[0] != self.height or image.shape[1] != self.width:
             image = tf.image.resize(image, [self.height, self.width], antialias=True)
             image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
@@ -176,13 +188,19 @@ class _Stream:
         import tensorflow as tf
 
         ds = self.builder.as_dataset(split=name, shuffle_files=False)
-        ds = ds.map(self.to_value, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(tf.data.AUTOTUNE)
+        ds = ds.map(self.to_value, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(
+            tf.data.AUTOTUNE
+        )
         counts = {"train": 0, "validation": 0, "test": 0}
         routes = ("train", "validation") if (out == "train" and self.carve) else (out,)
         cap = self.cap
         for index, (value, label, *shape) in enumerate(ds.as_numpy_iterator()):
             target = out
-            if out == "train" and self.carve and stable_fraction(self.seed, f"{name}:{index}") < self.fraction:
+            if (
+                out == "train"
+                and self.carve
+                and stable_fraction(self.seed, f"{name}:{index}") < self.fraction
+            ):
                 target = "validation"
             if cap is not None and counts[target] >= cap:
                 if all(counts[r] >= cap for r in routes):
@@ -198,15 +216,28 @@ def open_tfds(cfg) -> Source:
     key = "image" if ds_cfg.modality == "image" else "text"
     features = builder.info.features
     if key not in features or "label" not in features:
-        raise DataError(f"tfds {ds_cfg.tfds_name!r}: features {sorted(features.keys())} lack {key!r}/'label' "
-                        f"needed for dataset.modality={ds_cfg.modality}")
+        raise DataError(
+            f"tfds {ds_cfg.tfds_name!r}: features {sorted(features.keys())} lack {key!r}/'label' "
+            f"needed for dataset.modality={ds_cfg.modality}"
+        )
     known_splits = dict(builder.info.splits) if builder.info.splits else {}
     reads = _reads(cfg, known_splits)
     if ds_cfg.modality == "image":
-        to_value, to_bytes = _ImageValue(int(ds_cfg.image_size[0]), int(ds_cfg.image_size[1]), int(ds_cfg.channels)), _image_bytes
+        to_value, to_bytes = (
+            _ImageValue(int(ds_cfg.image_size[0]), int(ds_cfg.image_size[1]), int(ds_cfg.channels)),
+            _image_bytes,
+        )
     else:
         to_value, to_bytes = _text_value, bytes
-    stream = _Stream(builder, reads, to_value, to_bytes, not d.validation_split, d.validation_fraction, d.seed,
-                     d.max_examples_per_split)
+    stream = _Stream(
+        builder,
+        reads,
+        to_value,
+        to_bytes,
+        not d.validation_split,
+        d.validation_fraction,
+        d.seed,
+        d.max_examples_per_split,
+    )
     info = {"type": "tfds", "path": None, "tfds_name": ds_cfg.tfds_name, "version": str(builder.version)}
     return Source(list(features["label"].names), info, _planned(cfg, reads, known_splits), stream)

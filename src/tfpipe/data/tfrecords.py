@@ -109,7 +109,12 @@ class ShardedWriter:
             final = self.directory / shard_name(self.split, index, total)
             os.replace(part, final)
             shards.append(
-                {"file": final.name, "num_examples": count, "bytes": final.stat().st_size, "sha256": sha256_file(final)}
+                {
+                    "file": final.name,
+                    "num_examples": count,
+                    "bytes": final.stat().st_size,
+                    "sha256": sha256_file(final),
+                }
             )
         return shards
 

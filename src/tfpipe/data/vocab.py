@@ -26,7 +26,9 @@ def build_vocab(shard_paths: list, output: Path, max_tokens: int, standardize: s
         .map(lambda s: tf.io.parse_example(s, description)["text"], num_parallel_calls=tf.data.AUTOTUNE)
         .prefetch(tf.data.AUTOTUNE)
     )
-    layer = keras.layers.TextVectorization(max_tokens=int(max_tokens), standardize=textnorm.standardizer(standardize))
+    layer = keras.layers.TextVectorization(
+        max_tokens=int(max_tokens), standardize=textnorm.standardizer(standardize)
+    )
     layer.adapt(texts)
     tokens = layer.get_vocabulary(include_special_tokens=False)
     # A token never holds "\n" after whitespace splitting, so one line per token is unambiguous.

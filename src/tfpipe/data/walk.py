@@ -19,7 +19,9 @@ from pathlib import Path
 
 from tfpipe.errors import DataError
 
-OUTSIDE_ROOT = "symlink target {target} is outside the data root {root}; only links resolving inside it are followed"
+OUTSIDE_ROOT = (
+    "symlink target {target} is outside the data root {root}; only links resolving inside it are followed"
+)
 NOT_REGULAR = "not a regular file"
 
 

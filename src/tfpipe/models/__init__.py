@@ -34,11 +34,15 @@ __all__ = [
 
 MODEL_BUILDERS: Dict[str, Callable[..., keras.Model]] = {
     "cnn": lambda cfg, num_classes, vocab_size, norm: build_cnn(cfg, num_classes),
-    "embedding_gap": lambda cfg, num_classes, vocab_size, norm: build_embedding_gap(cfg, num_classes, vocab_size),
+    "embedding_gap": lambda cfg, num_classes, vocab_size, norm: build_embedding_gap(
+        cfg, num_classes, vocab_size
+    ),
     "resnet": lambda cfg, num_classes, vocab_size, norm: build_resnet(cfg, num_classes, norm),
     "ngram_bag": lambda cfg, num_classes, vocab_size, norm: build_ngram_bag(cfg, num_classes, vocab_size),
     "nbsvm": lambda cfg, num_classes, vocab_size, norm: build_nbsvm(cfg, num_classes, vocab_size),
-    **dict.fromkeys(APPLICATIONS, lambda cfg, num_classes, vocab_size, norm: build_backbone(cfg, num_classes)),
+    **dict.fromkeys(
+        APPLICATIONS, lambda cfg, num_classes, vocab_size, norm: build_backbone(cfg, num_classes)
+    ),
 }
 
 
@@ -58,7 +62,9 @@ def build_model(
     manifest's per-channel {"mean", "std"} of the train split (resnet normalises with it)."""
     builder = MODEL_BUILDERS.get(cfg.model.name)
     if builder is None:
-        raise ValueError(f"model.name={cfg.model.name!r}: unknown model; valid names: {', '.join(MODEL_BUILDERS)}")
+        raise ValueError(
+            f"model.name={cfg.model.name!r}: unknown model; valid names: {', '.join(MODEL_BUILDERS)}"
+        )
     if num_classes < 2:
         raise ValueError(f"num_classes={num_classes!r}: need at least 2 classes")
     return builder(cfg, int(num_classes), vocab_size, normalization)

@@ -21,7 +21,11 @@ def build_backbone(cfg, num_classes: int) -> keras.Model:
     height, width = cfg.dataset.image_size
     class_name, extra = APPLICATIONS[cfg.model.name]
     network = getattr(keras.applications, class_name)(
-        input_shape=(height, width, 3), include_top=False, weights=cfg.model.pretrained, pooling="avg", **extra
+        input_shape=(height, width, 3),
+        include_top=False,
+        weights=cfg.model.pretrained,
+        pooling="avg",
+        **extra,
     )
     inputs = keras.Input(shape=(height, width, 3), dtype="uint8", name="image")
     x = layers.Rescaling(1.0, name="to_float")(inputs)  # uint8 -> the policy's float, values kept 0..255

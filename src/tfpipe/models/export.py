@@ -30,7 +30,9 @@ class _ServingModule(tf.Module):
         self.model = model
         if vectorizer is not None:
             self.vectorizer = vectorizer
-        self.class_names = tf.Variable(list(class_names), dtype=tf.string, trainable=False, name="class_names")
+        self.class_names = tf.Variable(
+            list(class_names), dtype=tf.string, trainable=False, name="class_names"
+        )
         self.class_names_file = tf.saved_model.Asset(asset_path)
 
 

@@ -32,6 +32,7 @@ def build_cnn(cfg, num_classes: int) -> keras.Model:
 
 # ----------------------------------------------------------------------------- the fast-CIFAR ResNet
 
+
 class RandomFlipCrop(layers.Layer):
     """Training-only augmentation on uint8 images: a random horizontal flip and a random crop of the
     image reflect-padded by `pad` pixels (per example). Identity at inference, so serving is unchanged."""
@@ -128,7 +129,9 @@ def build_resnet(cfg, num_classes: int, normalization: dict) -> keras.Model:
         x = FlipTTAExpand(name="tta_expand")(x)
     x = layers.Rescaling(1.0 / 255.0, name="rescale")(x)
     if not normalization:
-        raise ValueError("resnet: needs the train split's per-channel mean/std (the manifest's normalization)")
+        raise ValueError(
+            "resnet: needs the train split's per-channel mean/std (the manifest's normalization)"
+        )
     mean, std = list(normalization["mean"]), list(normalization["std"])
     if len(mean) != channels or len(std) != channels:
         raise ValueError(f"normalization: {len(mean)} channel means for {channels}-channel images")

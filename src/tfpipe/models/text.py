@@ -14,8 +14,9 @@ from tfpipe.models.head import classifier_head
 NUM_SPECIAL_TOKENS = 2  # padding '' and OOV '[UNK]', prepended by TextVectorization
 
 
-def make_text_vectorizer(vocab_tokens: Sequence[str], sequence_length: int,
-                         standardize: str = textnorm.DEFAULT) -> layers.TextVectorization:
+def make_text_vectorizer(
+    vocab_tokens: Sequence[str], sequence_length: int, standardize: str = textnorm.DEFAULT
+) -> layers.TextVectorization:
     """TextVectorization over vocab.txt's tokens (no special tokens in the file; the layer adds
     '' and '[UNK]', so its vocabulary size is len(vocab_tokens) + 2). `standardize` (tfpipe.textnorm)
     and whitespace split, as the manifest says the vocabulary was built."""
@@ -34,9 +35,13 @@ def build_embedding_gap(cfg, num_classes: int, vocab_size: int) -> keras.Model:
     Dense(num_classes) with a float32 softmax. `vocab_size` counts the file's tokens; two more
     ids are reserved for padding and OOV."""
     if not vocab_size or vocab_size <= 0:
-        raise ValueError(f"vocab_size={vocab_size!r}: the text model needs the vocabulary size (tokens in vocab.txt)")
+        raise ValueError(
+            f"vocab_size={vocab_size!r}: the text model needs the vocabulary size (tokens in vocab.txt)"
+        )
     inputs = keras.Input(shape=(cfg.dataset.sequence_length,), dtype="int64", name="tokens")
-    x = layers.Embedding(vocab_size + NUM_SPECIAL_TOKENS, cfg.model.embedding_dim, mask_zero=False, name="embedding")(inputs)
+    x = layers.Embedding(
+        vocab_size + NUM_SPECIAL_TOKENS, cfg.model.embedding_dim, mask_zero=False, name="embedding"
+    )(inputs)
     x = layers.GlobalAveragePooling1D(name="pool")(x)
     outputs = classifier_head(x, cfg.model, num_classes)
     return keras.Model(inputs, outputs, name="embedding_gap")
@@ -68,7 +73,7 @@ class HashedNgrams(layers.Layer):
             h = ids[:, :span]
             valid = tf.not_equal(h, 0)
             for k in range(1, n):
-                nxt = ids[:, k:k + span]
+                nxt = ids[:, k : k + span]
                 h = (h * _HASH_MULTIPLIER + nxt) % _HASH_MODULUS
                 valid = tf.logical_and(valid, tf.not_equal(nxt, 0))
             out.append(tf.where(valid, self.base + h % self.buckets, tf.zeros_like(h)))
@@ -102,7 +107,9 @@ def _ngram_input(cfg, vocab_size: int):
     """(token input [sequence_length], ids of its unigrams and hashed n-grams up to model.ngrams, table size):
     the input side shared by ngram_bag and nbsvm."""
     if not vocab_size or vocab_size <= 0:
-        raise ValueError(f"vocab_size={vocab_size!r}: the text model needs the vocabulary size (tokens in vocab.txt)")
+        raise ValueError(
+            f"vocab_size={vocab_size!r}: the text model needs the vocabulary size (tokens in vocab.txt)"
+        )
     base = vocab_size + NUM_SPECIAL_TOKENS
     ngrams = int(cfg.model.ngrams)
     buckets = int(cfg.model.hash_buckets) if ngrams > 1 else 0
@@ -176,10 +183,21 @@ def build_nbsvm(cfg, num_classes: int, vocab_size: int) -> keras.Model:
     training), summed into logits and a float32 softmax. Same int token input as the other text models."""
     inputs, ids, table_size = _ngram_input(cfg, vocab_size)
     ids = DistinctIds(name="distinct")(ids)
-    w = layers.Embedding(table_size, 1, embeddings_initializer=keras.initializers.RandomUniform(-0.1, 0.1),
-                         dtype="float32", name="weights")(ids)
-    r = layers.Embedding(table_size, num_classes, embeddings_initializer="zeros", trainable=False,
-                         dtype="float32", name="nb_ratios")(ids)
+    w = layers.Embedding(
+        table_size,
+        1,
+        embeddings_initializer=keras.initializers.RandomUniform(-0.1, 0.1),
+        dtype="float32",
+        name="weights",
+    )(ids)
+    r = layers.Embedding(
+        table_size,
+        num_classes,
+        embeddings_initializer="zeros",
+        trainable=False,
+        dtype="float32",
+        name="nb_ratios",
+    )(ids)
     logits = NBLogits(dtype="float32", name="logits")(w, r, ids)
     outputs = layers.Activation("softmax", dtype="float32", name="probabilities")(logits)
     return keras.Model(inputs, outputs, name="nbsvm")
@@ -205,10 +223,12 @@ def fit_nb_ratios(model: keras.Model, batches, num_classes: int, min_documents: 
         for c in range(num_classes):
             rows = ids[labels == c]
             per_class[c].append(rows[rows > 0])
-    counts = np.stack([
-        np.bincount(np.concatenate(chunks) if chunks else np.zeros(0, np.int64), minlength=size)[:size]
-        for chunks in per_class
-    ]).astype(np.float64)
+    counts = np.stack(
+        [
+            np.bincount(np.concatenate(chunks) if chunks else np.zeros(0, np.int64), minlength=size)[:size]
+            for chunks in per_class
+        ]
+    ).astype(np.float64)
     counts[:, 0] = 0.0  # padding is not a feature
     totals = counts.sum(axis=0, keepdims=True)
     seen = totals[0] > 0  # normalise over the features that occur (not the hash table's empty buckets)
