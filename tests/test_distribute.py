@@ -131,7 +131,7 @@ def local_multi_replica(prepared_image, tmp_path_factory):
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT ") :])
+    return {**json.loads(line[len("RESULT ") :]), "prepared_dir": str(prepared_image.prepared_dir)}
 
 
 @pytest.mark.slow  # one subprocess trains every local multi-replica strategy (about 15 s)
@@ -151,8 +151,17 @@ def test_local_multi_replica_strategies_train_on_logical_cpus(local_multi_replic
     assert r["losses"][-1] < r["losses"][0], r["losses"]
     assert r["out_dtype"] == "float32"
     assert r["precision"] == key.split("-", 1)[1]
-    # 21 train examples -> 5 global batches of 4 per epoch; throughput counts exactly those examples
-    assert r["steps"] == 15 and r["examples"] == [20, 20, 20], r
+    # Throughput counts the examples the steps read: the train split's records, counted here from the shards
+    # with plain tf.data, in whole global batches of 4 (remainder dropped), every epoch.
+    records = _train_records(local_multi_replica["prepared_dir"])
+    assert records == 21 and r["steps"] == 3 * (records // 4), r
+    assert r["examples"] == [records // 4 * 4] * 3, r
+
+
+def _train_records(prepared_dir: str) -> int:
+    shards = sorted(Path(prepared_dir).glob("train-*.tfrecord"))
+    assert shards, prepared_dir
+    return sum(1 for _ in tf.data.TFRecordDataset([str(p) for p in shards]))
 
 
 def test_logical_cpus_after_tf_started_is_a_clear_error():
