@@ -146,3 +146,54 @@ def test_gpus_listed_when_tensorflow_is_loaded(repo):
     gpus = provenance.collect(repo)["environment"]["gpus"]
     assert gpus == [d.name for d in tf.config.list_physical_devices("GPU")]
     assert time.perf_counter() - started < 60.0  # generous: includes importing TensorFlow
+
+
+def _churning_environment(read, rounds: int = 300) -> None:
+    """Call `read()` while a thread adds and removes variables, as MLflow's telemetry thread does."""
+    import threading
+
+    stop = threading.Event()
+
+    def churn():
+        i = 0
+        while not stop.is_set():
+            name = f"TFPIPE_TEST_CHURN_{i % 50}"
+            os.environ[name] = "x" * 20
+            os.environ.pop(name, None)
+            i += 1
+
+    worker = threading.Thread(target=churn, daemon=True)
+    worker.start()
+    try:
+        for _ in range(rounds):
+            read()
+    finally:
+        stop.set()
+        worker.join()
+
+
+def test_the_environments_children_get_survive_a_thread_changing_it(monkeypatch):
+    """The launcher's task environment and a tuning trial's are built while MLflow's threads may run."""
+    from tfpipe import launcher
+
+    monkeypatch.setenv("TFPIPE_TEST_KEEP", "kept")
+    seen = []
+    _churning_environment(lambda: seen.append(launcher._child_env("{}")["TFPIPE_TEST_KEEP"]))
+    # dict(os.environ) failed about 50 times in 20,000 reads here (KeyError / RuntimeError)
+    _churning_environment(lambda: seen.append(provenance.environ_snapshot()["TFPIPE_TEST_KEEP"]), 20000)
+    assert seen == ["kept"] * 20300
+
+
+def test_mlflow_telemetry_is_off_unless_asked_for():
+    """tfpipe.tracking turns MLflow's telemetry off by default (README, Security); an explicit choice stays."""
+    code = "import os, tfpipe.tracking; print(os.environ.get('MLFLOW_DISABLE_TELEMETRY'))"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_DISABLE_TELEMETRY"}
+    default = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert default.stdout.strip() == "true", default.stderr[-2000:]
+    env["MLFLOW_DISABLE_TELEMETRY"] = "false"
+    chosen = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert chosen.stdout.strip() == "false", chosen.stderr[-2000:]

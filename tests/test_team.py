@@ -600,7 +600,9 @@ def test_wrong_or_missing_password_fails_fast_with_one_line(
     started = time.monotonic()
     with pytest.raises(TrackingError) as wrong:
         tracking.start_run(cfg, tmp_path, stage="train")
-    assert time.monotonic() - started < 5
+    assert (
+        time.monotonic() - started < 30
+    )  # not MLflow's minutes of retries (generous: a shared 2-core machine)
     message = str(wrong.value)
     assert "refused the credentials of user 'alice'" in message and "MLFLOW_TRACKING_PASSWORD" in message
     assert "\n" not in message and "wrong-password-123" not in message

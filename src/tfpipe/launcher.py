@@ -28,6 +28,7 @@ from typing import List, Optional, Sequence
 
 from tfpipe.choices import MULTI_PROCESS_STRATEGIES
 from tfpipe.errors import ConfigError
+from tfpipe.provenance import environ_snapshot
 
 GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.2
@@ -54,7 +55,7 @@ def die_with_launcher() -> None:
 def _child_env(tf_config: str) -> dict:
     import tfpipe
 
-    env = dict(os.environ)
+    env = environ_snapshot()  # MLflow's threads may change the environment while it is read
     env["TF_CONFIG"] = tf_config
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env["PYTHONUNBUFFERED"] = "1"

@@ -88,8 +88,16 @@ def environ_snapshot(environ=None) -> dict:
     remove variables while we read, and iterating os.environ then raises KeyError for a vanished name."""
     if environ is not None:
         return dict(environ)
+    for _ in range(
+        100
+    ):  # listing the names walks a dict in Python code: a change meanwhile raises RuntimeError
+        try:
+            names = list(os.environ.keys())
+            break
+        except RuntimeError:
+            continue
     snapshot = {}
-    for name in list(os.environ.keys()):
+    for name in names:
         value = os.environ.get(name)
         if value is not None:
             snapshot[name] = value

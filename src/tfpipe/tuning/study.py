@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from tfpipe.errors import ConfigError
+from tfpipe.provenance import environ_snapshot
 from tfpipe.tuning.hook import PRUNED_ATTR, TRIAL_ENV
 from tfpipe.tuning.space import TuneSpec, as_overrides, suggest
 
@@ -156,7 +157,7 @@ class Objective:
         info = {"storage": self.url, "study": trial.study.study_name, "trial_id": trial._trial_id}
         run_file = str(self.root / self.cfg.tracking.run_file)
         info.update(metric=self.spec.metric, pruner=self.spec.pruner, run_file=run_file)
-        env = {**os.environ, TRIAL_ENV: json.dumps(info)}
+        env = {**environ_snapshot(), TRIAL_ENV: json.dumps(info)}  # safe while MLflow's threads run
         log.info("trial %d: %s", trial.number, " ".join(overrides))
         cmd = [sys.executable, "-m", "pipeline.run_all", *overrides]
         # the trial dies with the tuner (kill -9 included), as the launcher's tasks do; die_with_launcher
