@@ -40,6 +40,12 @@ def conf_project(tmp_path, monkeypatch):
         ("n_trials: 0\n" + GOOD_SPACE, "n_trials must be an integer >= 1"),
         ("metric: test_accuracy\n" + GOOD_SPACE, "not a validation metric"),
         ("space:\n  train.optimizer.learning_rate: {low: -1.0, high: 0.1}\n", "learning_rate"),
+        ("colour: blue\n" + GOOD_SPACE, "unknown key 'colour' (allowed: overrides, metric, direction"),
+        ("sampler: {name: grid}\n" + GOOD_SPACE, "sampler.name must be one of tpe, random"),
+        ("pruner: {name: hyperband}\n" + GOOD_SPACE, "pruner.name must be one of median, none"),
+        ("direction: up\n" + GOOD_SPACE, "direction must be minimize or maximize, got 'up'"),
+        ("sampler: {name: tpe, seeds: 1}\n" + GOOD_SPACE, "unexpected keyword argument 'seeds'"),
+        ("pruner: {name: median, warmup: 3}\n" + GOOD_SPACE, "unexpected keyword argument 'warmup'"),
     ],
 )
 def test_bad_spec_is_one_line_exit_2_before_any_trial(conf_project, capsys, spec, expected):

@@ -94,13 +94,14 @@ def open_study(spec: TuneSpec, url: str, study_name: str):
     """Create the study or load it (a restarted tuner, a second tuner); enqueue the first trials once."""
     import optuna
 
-    try:
+    try:  # sampler and pruner first: a bad option is refused before the storage file is created
+        sampler, pruner = _sampler(spec.sampler), _pruner(spec.pruner)
         study = optuna.create_study(
             storage=_storage(url),
             study_name=study_name,
             direction=spec.direction,
-            sampler=_sampler(spec.sampler),
-            pruner=_pruner(spec.pruner),
+            sampler=sampler,
+            pruner=pruner,
             load_if_exists=True,
         )
     except (TypeError, ValueError) as exc:  # a bad sampler/pruner option, a direction clash
