@@ -1,5 +1,5 @@
 """`python -m pipeline.tune`: bad specs refused with one line before any trial (fast), and a real study on the
-tiny project (slow): 3 trials, one pruned, the tuner killed with SIGKILL after 2 and restarted, every trial's
+tiny project (slow): 4 trials, one pruned, the tuner killed with SIGKILL after 2 and restarted, every trial's
 MLflow run under the study's parent, and the best config re-run to the same metric."""
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def test_study_prunes_resumes_after_kill_and_best_reruns(tmp_path, image_dir, te
 
     study = _study(project)
     states = [t.state.name for t in study.trials]
-    assert states.count("COMPLETE") + states.count("PRUNED") == 3, states
+    assert states.count("COMPLETE") + states.count("PRUNED") == 4, states
     assert states[1] == "PRUNED" and "RUNNING" not in states, states  # lr 1000 is stopped after epoch 1
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     parent = client.get_run(study.user_attrs["mlflow_parent_run_id"])
@@ -186,7 +186,7 @@ def test_two_tuners_share_one_study(tmp_path, image_dir, text_dir):
         assert proc.wait(1800) == 0, proc.stderr.read()[-3000:]
 
     trials = [t for t in _study(shared).trials if t.state.name in ("COMPLETE", "PRUNED")]
-    assert len(trials) == 3 and "RUNNING" not in [t.state.name for t in _study(shared).trials]
+    assert len(trials) == 4 and "RUNNING" not in [t.state.name for t in _study(shared).trials]
     assert {Path(t.user_attrs["project"]).parent.name for t in trials} == {"a", "b"}
     client = MlflowClient(f"sqlite:///{shared / 'mlflow.db'}")
     for trial in trials:
