@@ -211,3 +211,27 @@ def prepared_text(text_dir, tmp_path_factory) -> Prepared:
     """`text_dir` prepared with dataset=imdb: Prepared(cfg, prepared_dir) with vocab.txt; 8 examples per shard,
     validation carved from train (36 train / 4 validation / 20 test). Read-only."""
     return prepare_tree(text_dir, tmp_path_factory.mktemp("prepared") / "imdb", "dataset=imdb")
+
+
+def churning_environment(read, rounds: int = 300) -> None:
+    """Call `read()` while a thread adds and removes variables, as MLflow's telemetry thread does."""
+    import threading
+
+    stop = threading.Event()
+
+    def churn():
+        i = 0
+        while not stop.is_set():
+            name = f"TFPIPE_TEST_CHURN_{i % 50}"
+            os.environ[name] = "x" * 20
+            os.environ.pop(name, None)
+            i += 1
+
+    worker = threading.Thread(target=churn, daemon=True)
+    worker.start()
+    try:
+        for _ in range(rounds):
+            read()
+    finally:
+        stop.set()
+        worker.join()

@@ -264,14 +264,7 @@ def test_two_runs_logging_to_one_sqlite_store_at_once_both_finish(tmp_path):
         assert sorted(steps) == list(range(200))
 
 
-EVAL_TINY = [  # prepared_image: a few seconds of training, no model upload
-    "model.filters=[8,8]",
-    "model.dense_units=16",
-    "train.batch_size_per_replica=4",
-    "train.epochs=1",
-    "tracking.log_model=false",
-    "train.tensorboard=false",
-]
+from test_stages import TINY_TRAIN as EVAL_TINY  # noqa: E402  prepared_image: seconds of training, no upload
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import churning_environment
 
 from tfpipe import provenance
 
@@ -148,39 +149,15 @@ def test_gpus_listed_when_tensorflow_is_loaded(repo):
     assert time.perf_counter() - started < 60.0  # generous: includes importing TensorFlow
 
 
-def _churning_environment(read, rounds: int = 300) -> None:
-    """Call `read()` while a thread adds and removes variables, as MLflow's telemetry thread does."""
-    import threading
-
-    stop = threading.Event()
-
-    def churn():
-        i = 0
-        while not stop.is_set():
-            name = f"TFPIPE_TEST_CHURN_{i % 50}"
-            os.environ[name] = "x" * 20
-            os.environ.pop(name, None)
-            i += 1
-
-    worker = threading.Thread(target=churn, daemon=True)
-    worker.start()
-    try:
-        for _ in range(rounds):
-            read()
-    finally:
-        stop.set()
-        worker.join()
-
-
 def test_the_environments_children_get_survive_a_thread_changing_it(monkeypatch):
     """The launcher's task environment and a tuning trial's are built while MLflow's threads may run."""
     from tfpipe import launcher
 
     monkeypatch.setenv("TFPIPE_TEST_KEEP", "kept")
     seen = []
-    _churning_environment(lambda: seen.append(launcher._child_env("{}")["TFPIPE_TEST_KEEP"]))
+    churning_environment(lambda: seen.append(launcher._child_env("{}")["TFPIPE_TEST_KEEP"]))
     # dict(os.environ) failed about 50 times in 20,000 reads here (KeyError / RuntimeError)
-    _churning_environment(lambda: seen.append(provenance.environ_snapshot()["TFPIPE_TEST_KEEP"]), 20000)
+    churning_environment(lambda: seen.append(provenance.environ_snapshot()["TFPIPE_TEST_KEEP"]), 20000)
     assert seen == ["kept"] * 20300
 
 

@@ -631,29 +631,14 @@ def test_two_processes_creating_one_new_sqlite_store_at_once(tmp_path):
 def test_redaction_survives_a_thread_changing_the_environment():
     """MLflow's telemetry thread removes variables while a stage reads the environment (a KeyError crashed
     the train stage at start, intermittently): reading must not depend on the environment standing still."""
-    import threading
+    from conftest import churning_environment
 
     from tfpipe.tracking.redact import secret_env_values
 
-    stop = threading.Event()
-
-    def churn():
-        i = 0
-        while not stop.is_set():
-            name = f"TFPIPE_TEST_CHURN_{i % 50}"
-            os.environ[name] = "x" * 20
-            os.environ.pop(name, None)
-            i += 1
-
     os.environ["TFPIPE_TEST_API_TOKEN"] = "s3cr3t-value-0123456789"
-    worker = threading.Thread(target=churn, daemon=True)
-    worker.start()
     try:
-        for _ in range(3000):
-            assert "s3cr3t-value-0123456789" in secret_env_values()
+        churning_environment(lambda: secret_env_values().index("s3cr3t-value-0123456789"), 3000)
     finally:
-        stop.set()
-        worker.join()
         os.environ.pop("TFPIPE_TEST_API_TOKEN", None)
 
 

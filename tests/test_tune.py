@@ -90,8 +90,14 @@ def _done(project: Path) -> int:
 
 
 def _training(project: Path, number: int) -> bool:
+    """Trial `number` has its run and is still running (a tiny trial can end, even pruned, between two polls:
+    its run id alone does not say it is training)."""
     trials = _study(project).trials if _done(project) else []
-    return len(trials) > number and "mlflow_run_id" in trials[number].user_attrs
+    return (
+        len(trials) > number
+        and "mlflow_run_id" in trials[number].user_attrs
+        and trials[number].state.name == "RUNNING"
+    )
 
 
 def _kill_after(cmd, project: Path, env: dict, done: int, timeout: float = 900) -> None:
