@@ -260,3 +260,16 @@ def test_tuners_opening_a_fresh_sqlite_storage_at_once_all_succeed(tmp_path):
         for proc in procs:
             proc.join(120)
         assert [proc.exitcode for proc in procs] == [0, 0, 0, 0], attempt
+
+
+def test_reopening_a_study_with_the_other_direction_is_refused(tmp_path):
+    """Optuna's load_if_exists keeps the stored direction silently: the best trial would be picked backwards."""
+    from tfpipe.errors import ConfigError
+    from tfpipe.tuning import study
+    from tfpipe.tuning.space import TuneSpec
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    space = {"train.optimizer.learning_rate": {"low": 1e-4, "high": 0.1}}
+    study.open_study(TuneSpec(name="s", space=space, direction="minimize"), url, "shared")
+    with pytest.raises(ConfigError, match="direction maximize, but study 'shared' in its storage minimizes"):
+        study.open_study(TuneSpec(name="s", space=space, direction="maximize"), url, "shared")

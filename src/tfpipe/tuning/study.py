@@ -104,8 +104,13 @@ def open_study(spec: TuneSpec, url: str, study_name: str):
             pruner=pruner,
             load_if_exists=True,
         )
-    except (TypeError, ValueError) as exc:  # a bad sampler/pruner option, a direction clash
+    except (TypeError, ValueError) as exc:  # a bad sampler/pruner option
         raise ConfigError(f"conf/tune/{spec.name}.yaml: {exc}") from None
+    if study.direction.name.lower() != spec.direction:  # load_if_exists keeps the stored one without a word
+        raise ConfigError(
+            f"conf/tune/{spec.name}.yaml: direction {spec.direction}, but study {study_name!r} in its storage "
+            f"{study.direction.name.lower()}s; use that direction or another --study name"
+        )
     if not study.trials:
         for params in spec.enqueue:
             study.enqueue_trial(params, skip_if_exists=True)
