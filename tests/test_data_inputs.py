@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -168,16 +169,18 @@ def test_file_shard_policy_with_too_few_shards_is_a_clear_error(prepared_text):
 
 
 # One pass over the train stream under op determinism (what train.deterministic=true turns on), as training
-# builds it; "text" adds the train-time vectorizer map of text runs.
+# builds it; "text" passes the vectorizer of text runs (the texts vectorised once, before the stream).
 DETERMINISTIC_STREAM = """
 import sys, tensorflow as tf
 from tfpipe import data
 tf.config.experimental.enable_op_determinism()
-ds = data.make_train_stream(sys.argv[1], batch_size=4, seed=0, start_epoch=0, epochs=2, batches_per_epoch=4)
+vectorize = None
 if sys.argv[2] == "text":
     from tfpipe.models import make_text_vectorizer
-    vectorizer = make_text_vectorizer(data.read_vocab(sys.argv[1]), 16)
-    ds = ds.map(lambda x, y: (vectorizer(x), y), num_parallel_calls=tf.data.AUTOTUNE)
+    vectorize = make_text_vectorizer(data.read_vocab(sys.argv[1]), 16)
+ds = data.make_train_stream(
+    sys.argv[1], batch_size=4, seed=0, start_epoch=0, epochs=2, batches_per_epoch=4, vectorize=vectorize
+)
 print(sum(1 for _ in ds.prefetch(tf.data.AUTOTUNE)))
 """
 
@@ -213,12 +216,53 @@ def test_the_train_stream_keeps_its_parallel_map_and_prefetch_under_op_determini
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,  # passes once the cause is gone: drop the mark then
-    reason="text runs: the train-time vectorizer's table lookup (LookupTableFindV2, stateful) triggers the same "
-    "rewrite; it goes only when no table lookup runs inside tf.data at train time (e.g. token ids written at "
-    "prepare, issue 17 item 4)",
-)
 def test_the_text_train_stream_keeps_its_parallel_map_and_prefetch_under_op_determinism(prepared_text):
+    """Issue 17 item 4: the texts are vectorised once, outside tf.data, so no vocabulary lookup (a stateful
+    LookupTableFindV2, which made the rewrite serialise the whole text pipeline) is in the stream's graph."""
     stderr = _deterministic_stream_stderr(prepared_text.prepared_dir, "text")
     assert "use_unbounded_threadpool" not in stderr and "Rewriting node" not in stderr, stderr[-3000:]
+
+
+def _batches(ds) -> list:
+    return [(x.numpy(), y.numpy()) for x, y in ds]
+
+
+@pytest.mark.parametrize("resume", [False, True], ids=["from_start", "resumed"])
+def test_text_vectorised_once_gives_the_batches_of_vectorising_every_epoch(prepared_text, resume):
+    """The token ids held in memory (cache=true) give bit-identical batches, in the same order, to the vectorizer
+    run on every epoch's batches (cache=false), from the start and resumed mid-epoch; validation too."""
+    from tfpipe.models import make_text_vectorizer
+
+    prepared_dir = prepared_text.prepared_dir
+    vectorize = make_text_vectorizer(data.read_vocab(prepared_dir), 16)
+    start = dict(start_epoch=1, skip_batches=3) if resume else dict(start_epoch=0)
+    streams = [
+        data.make_train_stream(
+            prepared_dir,
+            batch_size=4,
+            seed=3,
+            epochs=3,
+            batches_per_epoch=9,
+            cache=cache,
+            vectorize=vectorize,
+            **start,
+        )
+        for cache in (True, False)
+    ]
+    once, every_epoch = (_batches(ds) for ds in streams)
+    assert (
+        len(once) == (15 if resume else 27) and once[0][0].dtype == np.int64 and once[0][0].shape == (4, 16)
+    )
+    for (x1, y1), (x2, y2) in zip(once, every_epoch, strict=True):
+        np.testing.assert_array_equal(x1, x2)
+        np.testing.assert_array_equal(y1, y2)
+    val = [
+        _batches(
+            data.make_dataset(
+                prepared_dir, "validation", batch_size=3, training=False, seed=0, cache=c, vectorize=vectorize
+            )
+        )
+        for c in (True, False)
+    ]
+    assert [b[1].tolist() for b in val[0]] == [b[1].tolist() for b in val[1]]
+    assert all((a[0] == b[0]).all() for a, b in zip(*val, strict=True))

@@ -73,3 +73,25 @@ def test_two_runs_of_the_same_config_give_bit_identical_weights_and_metrics(
         make_config(*TINY, "train.seed=1"), prepared_dir=prepared, output_dir=tmp_path / "seed1"
     )
     assert other.weights_sha256 != a.weights_sha256
+
+
+@pytest.mark.slow
+def test_text_runs_give_the_same_weights_with_texts_vectorised_once_or_every_epoch(
+    prepared_text, make_config, tmp_path
+):
+    """Issue 17 item 4: train.cache=true vectorises each text once (token ids held in memory), cache=false
+    vectorises every epoch's batches in tf.data: same batches, so bit-identical weights and metrics."""
+    from tfpipe import training
+
+    tiny = ("dataset=imdb", "dataset.sequence_length=32", "train.batch_size_per_replica=6", "train.epochs=2")
+    runs = [
+        training.train(
+            make_config(*tiny, f"train.cache={cache}"),
+            prepared_dir=prepared_text.prepared_dir,
+            output_dir=tmp_path / str(cache),
+        )
+        for cache in ("true", "false")
+    ]
+    once, every_epoch = runs
+    assert once.weights_sha256 == every_epoch.weights_sha256
+    assert once.final_metrics == every_epoch.final_metrics

@@ -5,12 +5,15 @@ what training iterates: every remaining epoch of the train split back to back, e
 its own seed (`seed`, epoch) so the order of epoch e never depends on how many epochs this process has
 already run. A run resumed at (epoch, batch) therefore reads exactly the batches the uninterrupted run
 would have read from there on, which is what makes a resumed run bit-identical (with op determinism).
+
+Text: with `vectorize` (the TextVectorization layer) both return token ids, vectorised once (`_vectorised_once`).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable, Optional
 
 import tensorflow as tf
 
@@ -18,6 +21,8 @@ from tfpipe.choices import SHARD_POLICIES  # noqa: F401 - how input pipelines (w
 from tfpipe.data.manifest import load_manifest
 from tfpipe.data.tfrecords import parse_batch_fn
 from tfpipe.errors import DataError
+
+_VECTORIZE_BATCH = 1024  # texts per vectorizer call in `_vectorised_once`
 
 
 def make_dataset(
@@ -31,6 +36,7 @@ def make_dataset(
     cache: bool = True,
     input_context: tf.distribute.InputContext | None = None,
     shard_policy: str = "auto",
+    vectorize: Optional[Callable] = None,
 ) -> tf.data.Dataset:
     """`(features, labels)` batches of one prepared split.
 
@@ -43,14 +49,17 @@ def make_dataset(
     batch: each input pipeline reads its own part of the data (`shard_policy`: `file` whole shards, `data`
     every n-th record, `auto` whole shards when there are at least as many shards as pipelines, else every
     n-th record) and batches `get_per_replica_batch_size(batch_size)`.
+
+    `vectorize` (texts [B] -> token ids [B, L]): features are token ids instead (see `_decoder`).
     """
     manifest, records, batch_size = _records(
         prepared_dir, split, batch_size, cache, input_context, shard_policy
     )
+    records, decode = _decoder(manifest, records, vectorize, cache)
     if training:
         records = records.shuffle(int(shuffle_buffer), seed=seed, reshuffle_each_iteration=True)
     ds = records.batch(batch_size, drop_remainder=training)
-    ds = ds.map(parse_batch_fn(manifest), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
@@ -68,17 +77,19 @@ def make_train_stream(
     input_context: tf.distribute.InputContext | None = None,
     shard_policy: str = "auto",
     split: str = "train",
+    vectorize: Optional[Callable] = None,
 ) -> tf.data.Dataset:
     """Epochs `start_epoch .. epochs-1` of `split`, `batches_per_epoch` full global batches (steps) each,
     back to back, minus the first `skip_batches` of `start_epoch` (those a resumed run already trained on).
 
     Epoch e is shuffled with the seed pair (seed, e) and no reshuffling, so it is the same order in an
     uninterrupted run and in one resumed at any point. Batching, sharding and caching as `make_dataset`;
-    the record cache is shared by all epochs (the first epoch fills it).
+    the record cache is shared by all epochs (the first epoch fills it); `vectorize` as `make_dataset`.
     """
     manifest, records, batch_size = _records(
         prepared_dir, split, batch_size, cache, input_context, shard_policy
     )
+    records, decode = _decoder(manifest, records, vectorize, cache)
     # The counts are in global batches (steps); a pipeline feeding several replicas (mirrored on one host)
     # yields one per-replica batch per replica and step.
     per_step = 1
@@ -98,8 +109,52 @@ def make_train_stream(
     ds = _back_to_back(epochs_left)
     if skip_batches:
         ds = ds.skip(int(skip_batches))  # before parsing: skipped batches are read but not decoded
-    ds = ds.map(parse_batch_fn(manifest), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _decoder(manifest, records, vectorize, cache):
+    """(what is shuffled and batched, the map from one batch of it to (features, labels))."""
+    parse = parse_batch_fn(manifest)
+    if vectorize is None:
+        return records, parse
+    if cache and tf.executing_eagerly():
+        return _vectorised_once(records, parse, vectorize)
+    # No cache (nothing is held in memory), or traced (parameter_server workers): vectorised every epoch.
+    return records, lambda serialized: _apply(vectorize, parse(serialized))
+
+
+def _apply(vectorize, parsed):
+    texts, labels = parsed
+    return vectorize(texts), labels
+
+
+def _vectorised_once(records, parse, vectorize):
+    """Vectorise this pipeline's records once, here, eagerly (fed by a tf.data pass that only parses); the
+    dataset then shuffles and batches record indices and gathers their token ids, held in memory as int32.
+
+    Design: not `.map(vectorize).cache()` (vectorising inside tf.data in the first epoch, then reading cached
+    ids): the vocabulary lookup (LookupTableFindV2) is a stateful op, and one anywhere in a dataset's graph,
+    even before its cache, makes TensorFlow's op-determinism rewrite (train.deterministic) serialise every
+    parallel map and turn off every prefetch of that graph, for every epoch. Nor ids written at prepare: that
+    changes the prepared format and ties dataset.sequence_length to prepare. Records keep their order and a
+    shuffle's order depends only on its seed and the element count, so the batches hold the same examples,
+    with the same ids, as when the vectorizer ran every epoch."""
+    ids, labels = [], []
+    batches = records.batch(_VECTORIZE_BATCH).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    for texts, y in batches.prefetch(tf.data.AUTOTUNE):
+        ids.append(vectorize(texts))
+        labels.append(y)
+    if not ids:  # an empty split (or part of one)
+        ids, labels = [vectorize(tf.constant([], tf.string))], [tf.constant([], tf.int64)]
+    dtype = ids[0].dtype
+    ids = tf.concat([tf.cast(x, tf.int32) for x in ids], 0)
+    labels = tf.concat(labels, 0)
+
+    def decode(index):
+        return tf.cast(tf.gather(ids, index), dtype), tf.gather(labels, index)
+
+    return tf.data.Dataset.range(int(labels.shape[0])), decode
 
 
 def _epoch_seed(seed: int, epoch: int) -> int:

@@ -1,5 +1,6 @@
-"""Text models. They take int token ids [sequence_length]; tokenisation runs in tf.data (training)
-or inside the exported graph (serving), with the layer from `make_text_vectorizer`."""
+"""Text models. They take int token ids [sequence_length]; tokenisation runs once per input pipeline before
+training (tfpipe.data.inputs, the ids then read from memory) or inside the exported graph (serving), with the
+layer from `make_text_vectorizer`."""
 
 from __future__ import annotations
 

@@ -158,11 +158,10 @@ class Task:
                 fitted,
             )
 
-    def _vectorized(self, ds: tf.data.Dataset) -> tf.data.Dataset:
-        if self.spec.modality == "text":
-            vectorizer = self.spec.vectorizer()  # built in the input pipeline's own context
-            ds = ds.map(lambda x, y: (vectorizer(x), y), num_parallel_calls=tf.data.AUTOTUNE)
-        return ds.prefetch(tf.data.AUTOTUNE)
+    def _vectorizer(self):
+        """Text: the TextVectorization layer the input pipeline turns texts into token ids with (once per
+        pipeline, data.inputs._vectorised_once), built in that pipeline's own context; images: None."""
+        return self.spec.vectorizer() if self.spec.modality == "text" else None
 
     def dataset_fn(self, split: str, training: bool) -> DatasetFn:
         """One pass over `split` per input context (validation; parameter_server workers repeat train)."""
@@ -193,7 +192,7 @@ class _SplitFn:
     def __call__(self, input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         tc = self.task.cfg.train
         # make_dataset takes the GLOBAL batch with an input_context and batches per replica.
-        ds = data.make_dataset(
+        return data.make_dataset(
             self.task.prepared_dir,
             self.split,
             batch_size=self.task.global_batch,
@@ -203,8 +202,8 @@ class _SplitFn:
             cache=tc.cache,
             input_context=input_context,
             shard_policy=tc.shard_policy if self.split == "train" else "auto",  # the policy is for train
+            vectorize=self.task._vectorizer(),
         )
-        return self.task._vectorized(ds)
 
 
 @dataclass
@@ -216,7 +215,7 @@ class _StreamFn:
 
     def __call__(self, input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         tc = self.task.cfg.train
-        ds = data.make_train_stream(
+        return data.make_train_stream(
             self.task.prepared_dir,
             batch_size=self.task.global_batch,
             seed=tc.seed,
@@ -228,5 +227,5 @@ class _StreamFn:
             cache=tc.cache,
             input_context=input_context,
             shard_policy=tc.shard_policy,
+            vectorize=self.task._vectorizer(),
         )
-        return self.task._vectorized(ds)
