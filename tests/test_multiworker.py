@@ -73,6 +73,13 @@ def _losses(project: Path) -> list[float]:
         return [float(row["epoch_train_loss"]) for row in csv.DictReader(fh)]
 
 
+def _examples(project: Path) -> list[int]:
+    """Examples each epoch trained on, as its throughput figure states them."""
+    with (project / "plots" / "history.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    return [round(float(r["epoch_examples_per_sec"]) * float(r["epoch_seconds"])) for r in rows]
+
+
 @pytest.fixture(scope="module")
 def mwms_job(prepared_image, tmp_path_factory):
     # `python -m pipeline.train` itself hands over to the launcher (no TF_CONFIG set), as `dvc repro` would.
@@ -107,6 +114,9 @@ def test_mwms_loss_decreases_and_one_run_records_the_cluster(mwms_job):
     assert json.loads((project / "run.json").read_text())["run_id"] == runs[0].info.run_id
     metrics = json.loads((project / "metrics" / "train.json").read_text())
     assert metrics["global_batch_size"] == 4  # 2 per replica x 2 workers
+    # 21 train records in shards of 8, 8, 5 (conftest.prepared_image), split by file over 2 workers: the
+    # smaller worker's 8 records make 4 batches of 2 a epoch on each worker, 16 examples over both
+    assert _examples(project) == [16, 16, 16]
 
 
 def test_mwms_chief_exports_a_float32_model(mwms_job, prepared_image):
@@ -137,4 +147,7 @@ def test_ps_job_trains_with_chief_workers_and_ps(ps_job):
     assert tags["strategy"] == "parameter_server" and tags["strategy.worker_count"] == "2"
     spec = json.loads(tags["cluster_spec"])
     assert len(spec["chief"]) == 1 and len(spec["worker"]) == 2 and len(spec["ps"]) == 1
+    # the chief schedules 10 steps a epoch (21 train records in batches of 2), each on one worker's batch of 2:
+    # the examples come back with the steps' results
+    assert _examples(project) == [20, 20, 20]
     assert (project / "models" / "cifar10" / "saved_model" / "saved_model.pb").is_file()

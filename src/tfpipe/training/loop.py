@@ -1,7 +1,7 @@
 """The loop: epochs of optimizer steps, with the step boundaries where hooks log, checkpoint and stop.
 
-It knows a runner (`train(k)`, `sync`, `end_epoch`, `examples`, `evaluate`), the step metrics (`Steps`) and a
-list of hooks; not strategies, datasets, files or MLflow. Calls run `train.steps_per_execution` steps and end
+It knows a runner (`train(k)`, `sync`, `end_epoch`, `evaluate`), the step metrics (`Steps`, with the examples
+actually trained on) and a list of hooks; not strategies, datasets, files or MLflow. Calls run `train.steps_per_execution` steps and end
 exactly on every logging and checkpoint step, so the setting changes neither results nor logs."""
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ class Loop:
         self.schedule = schedule
         self.step = 0
         self._window_start = 0.0
-        self._window_steps = 0
 
     def _call(self, name: str, *args) -> None:
         for hook in self.hooks:
@@ -76,12 +75,11 @@ class Loop:
     def _epoch(self, epoch: int, skip: int) -> Dict[str, float]:
         self.steps.reset_train_metrics()
         t_epoch = self._window_start = time.perf_counter()
-        self._window_steps = 0
         ran = self._train_steps(epoch, skip)
         self.runner.end_epoch()
         self._log_window()  # the tail of the epoch, so short epochs still report step metrics
         seconds = time.perf_counter() - t_epoch
-        examples = self.runner.examples(ran, self.steps.epoch_loss)
+        examples = self.steps.examples()
         if ran == 0 and not skip:
             raise DataError(
                 f"train split gives no full batch of {self.steps.global_batch_size} (no batches); "
@@ -119,7 +117,6 @@ class Loop:
                 break  # the stream ended early (a split with no full batch)
             done += ran
             self.step += ran
-            self._window_steps += ran
             self._call("on_steps_end", self.step)
             if self.step % schedule.log_every == 0:
                 self._log_window()
@@ -133,7 +130,7 @@ class Loop:
         return done
 
     def _log_window(self) -> None:
-        examples = self.runner.examples(self._window_steps, self.steps.window_loss)
+        examples = self.steps.examples(window=True)
         if examples <= 0:
             return
         now = time.perf_counter()
@@ -141,7 +138,7 @@ class Loop:
             **self.steps.take_window(),
             "examples_per_sec": examples / max(now - self._window_start, 1e-9),
         }
-        self._window_steps, self._window_start = 0, now
+        self._window_start = now
         self._call("on_log", self.step, metrics)
 
     def _checkpoint(self, epoch: int, epoch_step: int) -> None:

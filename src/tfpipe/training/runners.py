@@ -64,11 +64,6 @@ class SyncRunner:
     def end_epoch(self) -> None:
         """The metric variables are already up to date."""
 
-    def examples(self, steps: int, loss_metric) -> float:
-        """steps x global batch x N (the metric's count is not reliable everywhere: CentralStorageStrategy
-        over-counts it)."""
-        return float(steps * self.steps.global_batch_size * self.steps.accumulation)
-
     def evaluate(self) -> Dict[str, float]:
         return _evaluate(self.steps, self.val_ds, self._eval_fn, self.sync)
 
@@ -122,17 +117,15 @@ class CoordinatedRunner:
         self._remote = []
         loss_sum, examples, correct = (float(x) for x in sum(results)) if results else (0.0, 0.0, 0.0)
         steps = self.steps
-        for loss_metric, acc_metric in (
-            (steps.epoch_loss, steps.epoch_acc),
-            (steps.window_loss, steps.window_acc),
+        for loss_metric, acc_metric, counter in (
+            (steps.epoch_loss, steps.epoch_acc, steps.epoch_examples),
+            (steps.window_loss, steps.window_acc, steps.window_examples),
         ):
             loss_metric.total.assign(loss_sum)
             loss_metric.count.assign(examples)
             acc_metric.total.assign(correct)
             acc_metric.count.assign(examples)
-
-    def examples(self, steps: int, loss_metric) -> float:
-        return value(loss_metric.count)
+            counter.assign(examples)
 
     def evaluate(self) -> Dict[str, float]:
         return _evaluate(self.steps, self.val_ds, self._eval_fn, self.sync)

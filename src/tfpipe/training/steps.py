@@ -44,6 +44,19 @@ class Steps:
             self.window_acc = keras.metrics.SparseCategoricalAccuracy(name="window_accuracy")
             self.val_loss = keras.metrics.Mean(name="val_loss")
             self.val_acc = keras.metrics.SparseCategoricalAccuracy(name="val_accuracy")
+            # Examples trained on since the epoch / logging window began, summed over replicas when read
+            # (what throughput is computed from). Not the loss metrics' `count`: CentralStorageStrategy
+            # over-counts that one (docs/benchmarks.md), while a plain sync-on-read sum is exact.
+            self.epoch_examples, self.window_examples = (
+                tf.Variable(
+                    0.0,
+                    trainable=False,
+                    synchronization=tf.VariableSynchronization.ON_READ,
+                    aggregation=tf.VariableAggregation.SUM,
+                    name=name,
+                )
+                for name in ("epoch_examples", "window_examples")
+            )
             agg = tf.VariableAggregation.ONLY_FIRST_REPLICA
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=agg, name="step")
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=agg, name="epoch")
@@ -95,6 +108,8 @@ class Steps:
             predicted = tf.argmax(probabilities, -1, output_type=tf.int64)
             correct = tf.cast(tf.equal(predicted, tf.cast(labels, tf.int64)), tf.float32)
             examples = tf.cast(tf.size(per_example), tf.float32)
+            for counter in (self.epoch_examples, self.window_examples):
+                counter.assign_add(examples)
             sums += tf.stack([tf.reduce_sum(per_example), examples, tf.reduce_sum(correct)])
         self.optimizer.apply(total, variables)  # all-reduces (sums) gradients across replicas
         return sums
@@ -110,6 +125,8 @@ class Steps:
     def reset_train_metrics(self) -> None:
         for metric in (self.epoch_loss, self.epoch_acc, self.window_loss, self.window_acc):
             metric.reset_state()
+        for counter in (self.epoch_examples, self.window_examples):
+            counter.assign(0.0)
 
     def take_window(self) -> Dict[str, float]:
         """The step metrics since the last call (then reset)."""
@@ -120,7 +137,12 @@ class Steps:
         }
         self.window_loss.reset_state()
         self.window_acc.reset_state()
+        self.window_examples.assign(0.0)
         return metrics
+
+    def examples(self, window: bool = False) -> float:
+        """Examples trained on since the epoch (or the logging window) began, over all replicas."""
+        return float((self.window_examples if window else self.epoch_examples).read_value())
 
     def epoch_metrics(self) -> Dict[str, float]:
         return {
