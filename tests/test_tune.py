@@ -89,32 +89,56 @@ def _done(project: Path) -> int:
         return 0
 
 
-def _training(project: Path, number: int) -> bool:
-    """Trial `number` has its run and is still running (a tiny trial can end, even pruned, between two polls:
-    its run id alone does not say it is training)."""
-    trials = _study(project).trials if _done(project) else []
-    return (
-        len(trials) > number
-        and "mlflow_run_id" in trials[number].user_attrs
-        and trials[number].state.name == "RUNNING"
-    )
+def _training_trial(project: Path) -> int | None:
+    """The number of a trial that is RUNNING in the study and whose MLflow run is RUNNING, else None."""
+    from mlflow import MlflowClient
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        trials = _study(project).trials
+    except (KeyError, SQLAlchemyError):
+        return None
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    for trial in trials:
+        run_id = trial.user_attrs.get("mlflow_run_id")
+        if trial.state.name == "RUNNING" and run_id and client.get_run(run_id).info.status == "RUNNING":
+            return trial.number
+    return None
 
 
-def _kill_after(cmd, project: Path, env: dict, done: int, timeout: float = 900) -> None:
-    """Start the tuner, SIGKILL it (the tuner only: its trial dies with it) once `done` trials finished and
-    the next one is training."""
+def _signal_all(pids: list, sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(int(pid), sig)
+        except ProcessLookupError:
+            pass
+
+
+def _kill_during_a_trial(cmd, project: Path, env: dict, done: int, timeout: float = 900) -> int:
+    """Start the tuner; once `done` trials finished and a later one is training, SIGKILL the tuner (only: its
+    trial must die with it) and return that trial's number. The trial's process is frozen (SIGSTOP) and seen
+    still RUNNING in the study before the kill, so a tiny trial cannot end between the check and the kill."""
     proc = subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout
-    while _done(project) < done or not _training(project, done):
-        assert proc.poll() is None, f"the tuner ended ({proc.returncode}) before {done} trials"
+    while True:
+        assert proc.poll() is None, (
+            f"the tuner ended ({proc.returncode}) before a trial after {done} was caught"
+        )
         assert time.monotonic() < deadline
-        time.sleep(1)
+        number = _training_trial(project) if _done(project) >= done else None
+        frozen = _trial_processes(project) if number is not None else []
+        _signal_all(frozen, signal.SIGSTOP)
+        if frozen and _trial_processes(project) == frozen and _training_trial(project) == number:
+            break  # alive (an exited trial has no command line left), its trial and run still RUNNING
+        _signal_all(frozen, signal.SIGCONT)
+        time.sleep(0.2)
     deadline = time.monotonic()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
-    while _trial_processes(project):  # the trial dies with its tuner (PR_SET_PDEATHSIG)
+    while _trial_processes(project):  # the trial dies with its tuner (PR_SET_PDEATHSIG), frozen or not
         assert time.monotonic() < deadline + 20, "the trial outlived its SIGKILLed tuner"
         time.sleep(0.5)
+    return number
 
 
 def _trial_processes(project: Path) -> list:
@@ -135,7 +159,7 @@ def test_study_prunes_resumes_after_kill_and_best_reruns(tmp_path, image_dir, te
 
     project, env = _make_project(tmp_path, image_dir, text_dir)
     cmd = [sys.executable, "-m", "pipeline.tune", "smoke", *[o for o in TINY if o != "experiment=smoke"]]
-    _kill_after(cmd, project, env, done=2)
+    killed_number = _kill_during_a_trial(cmd, project, env, done=2)
     _run(cmd, project, env, timeout=1800)  # the restarted tuner continues the same study
 
     study = _study(project)
@@ -145,7 +169,7 @@ def test_study_prunes_resumes_after_kill_and_best_reruns(tmp_path, image_dir, te
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     parent = client.get_run(study.user_attrs["mlflow_parent_run_id"])
     assert parent.info.status == "FINISHED" and parent.data.metrics["best_val_loss"] == study.best_value
-    killed = study.trials[2]  # the trial training when the tuner was killed: FAILED in the study and MLflow
+    killed = study.trials[killed_number]  # training when the tuner was killed: FAILED in the study and MLflow
     assert (
         killed.state.name == "FAIL"
         and client.get_run(killed.user_attrs["mlflow_run_id"]).info.status == "FAILED"
