@@ -199,6 +199,25 @@ def prepare_tree(source: Path, output_dir: Path, *overrides: str) -> Prepared:
     return Prepared(cfg, Path(output_dir))
 
 
+def stage_project(tmp_path: Path, prepared: Prepared, *overrides: str):
+    """A project folder with conf/ for running one stage as a subprocess on `prepared` data: (project, env,
+    stage) where stage(name) is the `python -m pipeline.<name>` argv. The environment drops MLFLOW_* and
+    TF_CONFIG, so each stage uses the project's own SQLite store and no cluster."""
+    import shutil
+    import sys
+
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "conf", project / "conf")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TF_CONFIG"))}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]), TF_CPP_MIN_LOG_LEVEL="2")
+    argv = [*overrides, f"data.output_dir={prepared.prepared_dir}"]
+
+    def stage(name: str) -> list:
+        return [sys.executable, "-m", f"pipeline.{name}", *argv]
+
+    return project, env, stage
+
+
 @pytest.fixture(scope="session")
 def prepared_image(image_dir, tmp_path_factory) -> Prepared:
     """`image_dir` prepared with the cifar10 config (32x32x3): Prepared(cfg, prepared_dir); 8 examples per shard,

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import stage_project
 
 from tfpipe import files
 from tfpipe.errors import UserError
@@ -276,15 +277,7 @@ def test_a_killed_evaluate_leaves_the_previous_reports_whole_and_the_rerun_compl
     the run FINISHED."""
     from mlflow import MlflowClient
 
-    project = tmp_path / "project"
-    shutil.copytree(ROOT / "conf", project / "conf")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TF_CONFIG"))}
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]), TF_CPP_MIN_LOG_LEVEL="2")
-    overrides = [*EVAL_TINY, f"data.output_dir={prepared_image.prepared_dir}"]
-
-    def stage(name: str) -> list:
-        return [sys.executable, "-m", f"pipeline.{name}", *overrides]
-
+    project, env, stage = stage_project(tmp_path, prepared_image, *EVAL_TINY)
     for name in ("train", "evaluate"):
         started = time.monotonic()
         done = subprocess.run(stage(name), cwd=project, env=env, capture_output=True, text=True, timeout=300)
@@ -318,19 +311,10 @@ def test_a_store_locked_longer_than_sqlite_waits_fails_the_stage_in_one_line(pre
 
     from tfpipe.tracking import backend
 
-    project = tmp_path / "project"
-    shutil.copytree(ROOT / "conf", project / "conf")
+    project, env, stage = stage_project(tmp_path, prepared_image, *EVAL_TINY)
     db = project / "mlflow.db"
     backend.init_store(f"sqlite:///{db}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TF_CONFIG"))}
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]), TF_CPP_MIN_LOG_LEVEL="2")
-    cmd = [
-        sys.executable,
-        "-m",
-        "pipeline.train",
-        *EVAL_TINY,
-        f"data.output_dir={prepared_image.prepared_dir}",
-    ]
+    cmd = stage("train")
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:

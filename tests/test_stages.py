@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import stage_project
 
 from tfpipe import workdir
 from tfpipe.workdir import WorkDir
@@ -78,21 +77,11 @@ def test_a_mounted_work_dir_is_cleared_not_removed_and_a_fresh_run_trains(
     """models/<dataset> is a real mount point (a tmpfs, as a Kubernetes volume or a bigger disk would be)
     holding another config's checkpoints: `python -m pipeline.train` clears its contents (rmtree of the
     folder itself fails: Device or resource busy), keeps the mount and trains into it."""
-    project = tmp_path / "project"
-    shutil.copytree(ROOT / "conf", project / "conf")
+    project, env, stage = stage_project(tmp_path, prepared_image, *TINY_TRAIN)
     out = mount_tmpfs(project / "models" / "cifar10")
     _checkpoints(out, "another-config")
     (out / "old.txt").write_text("from another run")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TF_CONFIG"))}
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]), TF_CPP_MIN_LOG_LEVEL="2")
-    cmd = [
-        sys.executable,
-        "-m",
-        "pipeline.train",
-        *TINY_TRAIN,
-        f"data.output_dir={prepared_image.prepared_dir}",
-    ]
-    proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(stage("train"), cwd=project, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert os.path.ismount(out) and not (out / "old.txt").exists()
     assert (out / workdir.TRAINING_STATE).is_file() and (out / workdir.WEIGHTS_FILE).is_file()
