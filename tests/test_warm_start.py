@@ -90,16 +90,31 @@ def test_a_run_s_model_seeds_the_matching_layers_and_the_run_says_so(source, mon
 
 @pytest.mark.slow
 def test_the_champion_alias_resolves_to_its_version(source, monkeypatch):
-    from tfpipe import audit
     from tfpipe.errors import UserError
 
     project, run_id, two = source
     _train(project, two, "models:/tfpipe-colours@champion", monkeypatch)
     tags = _tags(project)
     assert tags["init.source_model"] == "tfpipe-colours version 1" and tags["init.source_run"] == run_id
-    warm = _runs(project)[0].info.run_id
-    with pytest.raises(UserError, match="--rerun does not re-create warm-started runs yet"):
-        audit.rerun(warm, project, f"sqlite:///{project / 'mlflow.db'}")
+    # what `audit --rerun` starts from: the registered version the run resolved, its digest checked
+    from tfpipe.audit.warmstart import recorded_source
+
+    tmp = project.parent / "rerun-tmp"
+    tmp.mkdir()
+    path = recorded_source("warm", tags, project, f"sqlite:///{project / 'mlflow.db'}", tmp, print)
+    exported = project / "models" / "colours" / "saved_model" / "keras_weights.npz"  # the source's export
+    with np.load(path, allow_pickle=False) as got, np.load(exported, allow_pickle=False) as want:
+        assert sorted(got.files) == sorted(want.files)
+        assert all(np.array_equal(got[k], want[k]) for k in want.files)
+    with pytest.raises(UserError, match="now holds other weights"):
+        recorded_source(
+            "warm",
+            {**tags, "init.sha256": "0" * 64},
+            project,
+            f"sqlite:///{project / 'mlflow.db'}",
+            tmp,
+            print,
+        )
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from tfpipe.audit import trust
+from tfpipe.audit import warmstart as warm
 from tfpipe.audit.common import (
     DIFFERS_VERDICT,
     ENV_TAGS,
@@ -74,11 +75,6 @@ def _copy_tree_linked(src: Path, dst: Path) -> None:
 def _recorded_run(run_id: str, root: Path, uri: str, tolerance: float) -> dict:
     """The run to re-create, refused in one line when it lacks what a re-run needs."""
     run = _load(run_id, uri)
-    if "init.from" in run["tags"]:  # its source lives in the recorded store, not the re-run's temporary one
-        raise UserError(
-            f"run {run_id} was warm-started (train.init_from={run['tags']['init.from']}): --rerun does not "
-            "re-create warm-started runs yet; `audit RUN_ID` checks its code, data, config and environment"
-        )
     commit = run["tags"].get("git.commit")
     if not commit:
         raise UserError(f"run {run_id}: no git.commit tag recorded; cannot re-create it")
@@ -91,8 +87,9 @@ def _recorded_run(run_id: str, root: Path, uri: str, tolerance: float) -> dict:
     return run
 
 
-def _make_worktree(root: Path, run: dict, tmp: Path, log) -> Path:
-    """A git worktree at the run's commit (plus its recorded diff), its params.yaml, raw data and DVC cache."""
+def _make_worktree(root: Path, run: dict, tmp: Path, log, uri: str) -> Path:
+    """A git worktree at the run's commit (plus its recorded diff), its params.yaml, raw data, DVC cache and
+    warm-start weights."""
     import yaml
 
     commit = run["tags"]["git.commit"]
@@ -114,6 +111,9 @@ def _make_worktree(root: Path, run: dict, tmp: Path, log) -> Path:
         # `auto` picks the policy from the host: re-run with the one the original run used.
         cfg["precision"]["policy"] = resolved
         log(f"precision.policy=auto ran as {resolved}: the re-run uses {resolved}")
+    init = warm.recorded_source(run["run_id"], run["tags"], root, uri, tmp, log)
+    if init:  # the re-run's store is a new one: it starts from the verified copy, not the recorded URI
+        cfg["train"]["init_from"] = str(init)
     trust.write_inside(wt, "params.yaml", yaml.safe_dump(cfg, sort_keys=False))
     lock_recorded_prepare(wt, run.get("dvc_lock"))
     raw = root / "data" / "raw"
@@ -194,7 +194,7 @@ def rerun(
     tmp = Path(tempfile.mkdtemp(prefix="tfpipe-rerun-"))
     wt = tmp / "worktree"
     try:
-        wt = _make_worktree(root, run, tmp, log)
+        wt = _make_worktree(root, run, tmp, log, uri)
         store = f"sqlite:///{tmp / 'mlflow.db'}"
         prepared = _run_stages(wt, store, log, tuple(pass_env))
         cfg = run["config"]

@@ -17,7 +17,13 @@ def resolve(spec: str, tracking_cfg, project_root, dest: Path) -> tuple[Path, di
     if not model_uri.is_model_uri(spec):
         return Path(spec), {"init.from": spec}
     uri = backend.resolve_tracking_uri(tracking_cfg, project_root)
+    local, described = fetch(spec, uri, dest)
+    return local, {"init.from": spec, **{f"init.{k}": v for k, v in described.items()}}
+
+
+def fetch(spec: str, uri: str, dest: Path) -> tuple[Path, dict]:
+    """The model URI `spec` downloaded from the store at `uri` into `dest`: (its SavedModel folder, what it
+    named: source_run and, for the registry, source_model)."""
     local, described = model_uri.download(spec, uri, dest, KEY)
-    tags = {"init.from": spec, **{f"init.{k}": v for k, v in described.items()}}
     saved = local / "artifacts" / "saved_model"  # tfpipe's logged model (tracking.models.log_pyfunc_model)
-    return (saved if saved.is_dir() else local), tags
+    return (saved if saved.is_dir() else local), described
