@@ -155,3 +155,60 @@ def test_auto_reference_pins_the_first_prepare_and_finds_drift_in_the_next(capsy
     code, lines = _cli(capsys, _argv(tmp_path / "no-data", tmp_path / "text", *auto, "dataset=imdb"))
     assert code == 2 and len(lines) == 1, lines
     assert "data.validation.auto_reference=" in lines[0] and "a report of image data" in lines[0]
+
+
+# ----------------------------------------------------------------------------- pipeline.compare RUN_A RUN_B
+
+
+class _Run:
+    """The two calls tfpipe.stages._log_data_report makes on a tracking run, on a real MLflow client."""
+
+    def __init__(self, client, experiment):
+        self.client, self.run_id = client, client.create_run(experiment).info.run_id
+
+    def log_artifact(self, path, artifact_path=None):
+        self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def set_tags(self, tags):
+        for key, value in tags.items():
+            self.client.set_tag(self.run_id, key, str(value))
+
+
+def test_compare_lists_the_data_report_differences_of_two_runs(trees, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import mlflow
+    from conftest import ROOT
+
+    from tfpipe.stages import _log_data_report
+
+    _, skewed, _, reference = trees
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    client = mlflow.MlflowClient(uri)
+    experiment = client.create_experiment("e", artifact_location=(tmp_path / "art").as_uri())
+    run_a, run_b, run_c = (_Run(client, experiment) for _ in range(3))
+    _log_data_report(run_a, reference.parent)
+    _log_data_report(run_b, prepare_tree(skewed, tmp_path / "skewed", *VAL).prepared_dir)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+
+    def compare(a, b):
+        cmd = [sys.executable, "-m", "pipeline.compare", a.run_id, b.run_id, "--tracking-uri", uri]
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        return proc.returncode, [line.split() for line in proc.stdout.splitlines()[1:]]
+
+    code, rows = compare(run_a, run_b)
+    assert code == 1 and ["data", "data.examples_test", "9", "7"] in rows, rows
+    report_rows = [r[2:] for r in rows if r[:2] == ["data", "report"]]
+    assert report_rows[:4] == [
+        ["test.num_examples", "9", "7"],
+        ["test.share[blue]", "0.333333", "0.428571"],
+        ["test.share[green]", "0.333333", "0.428571"],
+        ["test.share[red]", "0.333333", "0.142857"],
+    ], rows
+    assert all(r[0].startswith("test.") for r in report_rows)  # train and validation are untouched
+    assert compare(run_a, run_a)[0] == 0
+    code, rows = compare(run_a, run_c)  # run C logged no report
+    assert ["data", "report", "report.json", "logged"] in rows, rows
