@@ -91,13 +91,18 @@ def test_image_statistics_moved_are_found_per_channel_and_nothing_else(capsys, t
             "data.validation.max_share_divergence=0.0: must be in (0, 1]",
         ),
         ("data.validation.max_share_divergence=1.5", "max_share_divergence=1.5: must be in (0, 1]"),
+        (
+            "data.validation.reference=auto data.validation.auto_reference=OUT/ref.json",
+            "inside data.output_dir",
+        ),
         ("data.validation.max_pixel_shift=300", "data.validation.max_pixel_shift=300.0: must be in (0, 255]"),
     ],
 )
 def test_an_unknown_check_policy_or_distance_is_refused_before_anything_is_read(
     capsys, tmp_path, override, key
 ):
-    code, lines = _cli(capsys, _argv(tmp_path / "does-not-exist", tmp_path / "out", override))
+    override = override.replace("OUT", str(tmp_path / "out"))
+    code, lines = _cli(capsys, _argv(tmp_path / "does-not-exist", tmp_path / "out", *override.split()))
     assert code == 2 and len(lines) == 1 and key in lines[0], lines
     assert not (tmp_path / "out").exists()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -22,6 +23,11 @@ def _int_range(key: str, value, low: int, high: int) -> None:
         raise ConfigError(f"{key}={value!r}: must be an integer in [{low}, {high}]")
 
 
+def _inside(path: str, folder: str) -> bool:
+    path, folder = os.path.abspath(path), os.path.abspath(folder)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 @dataclass
 class ValidationConfig:
     report: bool = True
@@ -39,7 +45,7 @@ class ValidationConfig:
     max_oov_increase: float = 0.02
     max_pixel_shift: float = 32.0
 
-    def check(self) -> None:
+    def check(self, output_dir: str = "") -> None:
         choice("data.validation.leakage", self.leakage, LEAKAGE_POLICIES)
         _int_range("data.validation.near_image_hamming", self.near_image_hamming, 0, MAX_HAMMING)
         _int_range("data.validation.near_image_max_colour_diff", self.near_image_max_colour_diff, 0, 255)
@@ -57,6 +63,11 @@ class ValidationConfig:
             )
         if self.reference == AUTO_REFERENCE and not str(self.auto_reference or "").strip():
             raise ConfigError("data.validation.auto_reference: empty; expected the path reference=auto pins")
+        if self.reference == AUTO_REFERENCE and output_dir and _inside(self.auto_reference, output_dir):
+            raise ConfigError(
+                f"data.validation.auto_reference={self.auto_reference!r}: inside data.output_dir, which prepare "
+                "replaces; pin it elsewhere, e.g. data/reference/<dataset>/report.json"
+            )
         if self.reference and not self.report:
             raise ConfigError(
                 "data.validation.reference: needs data.validation.report=true (drift is checked on it)"
