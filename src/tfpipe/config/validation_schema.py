@@ -1,4 +1,5 @@
-"""The `data.validation` section: the data report prepare writes (report.json) and its leakage policy."""
+"""The `data.validation` section: the data report prepare writes (report.json), its leakage policy and its drift
+checks against a reference report (tfpipe.data.drift)."""
 
 from __future__ import annotations
 
