@@ -26,11 +26,26 @@ def compare_runs(a: dict, b: dict) -> list:
         for key in sorted(keys):
             if a["tags"].get(key) != b["tags"].get(key):
                 rows.append((section, key, a["tags"].get(key), b["tags"].get(key)))
+    rows += _report_rows(a.get("data_report"), b.get("data_report"))
     ma, mb = _comparable_metrics(a["metrics"]), _comparable_metrics(b["metrics"])
     for key in sorted(set(ma) | set(mb)):
         if ma.get(key) != mb.get(key):
             rows.append(("metrics", key, ma.get(key), mb.get(key)))
     return rows
+
+
+def _report_rows(ra, rb) -> list:
+    """'data report' rows: the per-split figures (class shares, pixel statistics, OOV rate...) that differ
+    between the two runs' data/report.json; one row when only one run logged a report."""
+    if ra is None and rb is None:
+        return []
+    if ra is None or rb is None:
+        return [("data report", "report.json", "logged" if ra else None, "logged" if rb else None)]
+    from tfpipe.data.report import figures
+
+    fa, fb = figures(ra), figures(rb)
+    keys = [*fa, *(k for k in fb if k not in fa)]  # the report's order: split by split
+    return [("data report", k, fa.get(k), fb.get(k)) for k in keys if fa.get(k) != fb.get(k)]
 
 
 def compare(run_a: str, run_b: str, uri: str) -> list:

@@ -194,7 +194,7 @@ class DataConfig:
         positive("data.max_image_pixels", self.max_image_pixels)
         if not self.output_dir:
             raise ConfigError("data.output_dir: empty; name the folder for the prepared TFRecords")
-        self.validation.check()
+        self.validation.check(self.output_dir)
 
 
 @dataclass

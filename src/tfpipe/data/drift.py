@@ -1,27 +1,48 @@
-"""Drift against a reference data report (data.validation.reference, e.g. a pinned report.json of the first
-prepared version): classes added or missing, a class share moved by more than max_share_shift (L-infinity,
-as TFDV's), the out-of-vocabulary rate up by more than max_oov_increase, a source image mode (RGB, L, RGBA...)
-the reference did not have. Each anomaly is one line naming the
-split, the field, the reference value and the new one; data.validation.drift decides: warn | fail."""
+"""Drift against a reference data report (data.validation.reference: a pinned report.json, or `auto`: the
+first prepared version's, pinned at data.validation.auto_reference). The checks, each with its own policy
+(data.validation.drift: one warn | fail for all, or a mapping per check):
+
+- classes: a class added or missing;
+- class_share: the class shares moved by more than max_share_shift (L-infinity: one line per class) or,
+  with share_distance=js, by more than max_share_divergence (Jensen-Shannon divergence, as TFDV's);
+- oov: the out-of-vocabulary rate up by more than max_oov_increase;
+- image_modes: a source image mode (RGB, L, RGBA...) the reference did not have;
+- image_stats: a per-channel pixel mean or std moved by more than max_pixel_shift (0..255).
+
+Each anomaly is one line naming the split, the field, the reference value and the new one."""
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import os
 from pathlib import Path
 
+from tfpipe.config.validation_schema import AUTO_REFERENCE, ValidationConfig
 from tfpipe.errors import DataError
 
 log = logging.getLogger(__name__)
 
 
-def load_reference(cfg) -> dict | None:
-    """The reference report, checked before anything is read: it exists, is a report, of this modality."""
-    path = cfg.data.validation.reference
+def reference_path(validation) -> Path | None:
+    """The reference report's path: data.validation.reference, or auto_reference when it is `auto`."""
+    path = validation.reference
     if not path:
         return None
-    path = Path(path)
-    key = f"data.validation.reference={str(path)!r}"
+    return Path(validation.auto_reference if path == AUTO_REFERENCE else path)
+
+
+def load_reference(cfg) -> dict | None:
+    """The reference report, checked before anything is read: it exists, is a report, of this modality.
+    None when there is no reference, or with `auto` before the first prepare has pinned one."""
+    path = reference_path(cfg.data.validation)
+    if path is None:
+        return None
+    auto = cfg.data.validation.reference == AUTO_REFERENCE
+    key = f"data.validation.{'auto_reference' if auto else 'reference'}={str(path)!r}"
+    if auto and not path.exists():
+        return None  # the first prepare: its report becomes the reference (pin_first)
     if not path.is_file():
         raise DataError(f"{key}: file not found; expected a report.json written by prepare")
     try:
@@ -40,55 +61,131 @@ def load_reference(cfg) -> dict | None:
     return reference
 
 
-def _class_anomalies(split: str, old: dict, new: dict, max_shift: float) -> list:
+def pin_first(cfg, reference: dict | None, prepared: Path) -> None:
+    """reference=auto, first prepare: copy the new report.json to auto_reference (atomically)."""
+    validation = cfg.data.validation
+    if validation.reference != AUTO_REFERENCE or reference is not None:
+        return
+    from tfpipe.data.report import REPORT_FILE
+
+    target = reference_path(validation)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    part.write_bytes((Path(prepared) / REPORT_FILE).read_bytes())
+    os.replace(part, target)
+    log.info("data.validation.reference=auto: pinned %s as the reference of later prepares", target)
+
+
+def _setting(validation, key: str):
+    """A threshold from data.validation (the schema default when a partial config lacks it)."""
+    return getattr(validation, key, getattr(ValidationConfig, key))
+
+
+def js_divergence(p: list, q: list) -> float:
+    """Jensen-Shannon divergence (log base 2, so in [0, 1]) of two distributions. Written out: a 5-line
+    formula needs no library (scipy is only a transitive pin of scikit-learn, not one of ours)."""
+    m = [(x + y) / 2 for x, y in zip(p, q)]
+    kl = [sum(x * math.log2(x / y) for x, y in zip(d, m) if x > 0) for d in (p, q)]
+    return max(0.0, (kl[0] + kl[1]) / 2)
+
+
+def _shares(classes: dict, names: list) -> list:
+    return [classes[n]["share"] or 0.0 for n in names]
+
+
+def _class_anomalies(split: str, old: dict, new: dict, validation) -> list:
     old_classes, new_classes = old.get("classes", {}), new.get("classes", {})
     lines = [
-        f"{split}: class {c!r}: reference has it, now missing"
+        ("classes", f"{split}: class {c!r}: reference has it, now missing")
         for c in sorted(set(old_classes) - set(new_classes))
     ]
     lines += [
-        f"{split}: class {c!r}: not in the reference, now added"
+        ("classes", f"{split}: class {c!r}: not in the reference, now added")
         for c in sorted(set(new_classes) - set(old_classes))
     ]
-    for name in sorted(set(old_classes) & set(new_classes)):
-        before, after = old_classes[name]["share"] or 0.0, new_classes[name]["share"] or 0.0
-        if abs(after - before) > max_shift:
-            lines.append(f"{split}: share of class {name!r}: reference {before:.4f}, now {after:.4f}")
+    common = sorted(set(old_classes) & set(new_classes))
+    before, after = _shares(old_classes, common), _shares(new_classes, common)
+    if _setting(validation, "share_distance") == "js":
+        divergence, limit = js_divergence(before, after), _setting(validation, "max_share_divergence")
+        if divergence > limit:
+            show = lambda shares: " ".join(f"{n} {s:.4f}" for n, s in zip(common, shares))  # noqa: E731
+            lines.append(
+                (
+                    "class_share",
+                    f"{split}: class shares: reference {show(before)}, now {show(after)} "
+                    f"(Jensen-Shannon divergence {divergence:.4f} > {limit})",
+                )
+            )
+        return lines
+    for name, b, a in zip(common, before, after):
+        if abs(a - b) > _setting(validation, "max_share_shift"):
+            lines.append(("class_share", f"{split}: share of class {name!r}: reference {b:.4f}, now {a:.4f}"))
     return lines
 
 
-def compare(reference: dict, report: dict, validation) -> list:
-    """The anomalies of `report` against `reference`, one line each."""
+def _image_anomalies(split: str, old: dict, new: dict, validation) -> list:
     lines = []
+    if "source_images" in old:  # reports written before it was counted have none: nothing to compare
+        known, modes = old["source_images"]["modes"], new.get("source_images", {}).get("modes", {})
+        lines += [
+            ("image_modes", f"{split}: source images of mode {m!r}: reference 0, now {n}")
+            for m, n in modes.items()
+            if m not in known
+        ]
+    limit = _setting(validation, "max_pixel_shift")
+    for field in ("pixel_mean", "pixel_std"):
+        before, after = old.get(field), new.get(field)
+        if not before or not after or len(before) != len(after):
+            continue
+        for channel, (b, a) in enumerate(zip(before, after)):
+            if abs(a - b) > limit:
+                lines.append(("image_stats", f"{split}: {field}[{channel}]: reference {b:.3f}, now {a:.3f}"))
+    return lines
+
+
+def anomalies(reference: dict, report: dict, validation) -> list:
+    """(check, line) for every anomaly of `report` against `reference`."""
+    found = []
     for split, new in report["splits"].items():
         old = reference["splits"].get(split)
         if old is None:
             continue
-        lines += _class_anomalies(split, old, new, validation.max_share_shift)
+        found += _class_anomalies(split, old, new, validation)
         before, after = old.get("oov_rate"), new.get("oov_rate")
-        if before is not None and after is not None and after - before > validation.max_oov_increase:
-            lines.append(f"{split}: oov_rate: reference {before:.4f}, now {after:.4f}")
-        if "source_images" in old:  # reports written before it was counted have none: nothing to compare
-            known, modes = old["source_images"]["modes"], new.get("source_images", {}).get("modes", {})
-            new_modes = [(m, n) for m, n in modes.items() if m not in known]
-            lines += [f"{split}: source images of mode {m!r}: reference 0, now {n}" for m, n in new_modes]
-    return lines
+        if (
+            before is not None
+            and after is not None
+            and after - before > _setting(validation, "max_oov_increase")
+        ):
+            found.append(("oov", f"{split}: oov_rate: reference {before:.4f}, now {after:.4f}"))
+        found += _image_anomalies(split, old, new, validation)
+    return found
+
+
+def compare(reference: dict, report: dict, validation) -> list:
+    """The anomalies of `report` against `reference`, one line each."""
+    return [line for _, line in anomalies(reference, report, validation)]
 
 
 def apply(reference: dict | None, report: dict, validation) -> None:
-    """Record the anomalies in the report (`drift`), then warn or fail (DataError, one line) per the policy."""
+    """Record the anomalies in the report (`drift`), then warn or fail (DataError, one line) per check's policy."""
     if reference is None:
         return
-    anomalies = compare(reference, report, validation)
+    found = anomalies(reference, report, validation)
+    policies = validation.drift_policies()
     report["drift"] = {
-        "reference": str(validation.reference),
+        "reference": str(reference_path(validation)),
         "policy": validation.drift,
-        "anomalies": anomalies,
+        "share_distance": validation.share_distance,
+        "anomalies": [line for _, line in found],
     }
-    if anomalies and validation.drift == "fail":
-        more = f" (and {len(anomalies) - 1} more)" if len(anomalies) > 1 else ""
-        raise DataError(
-            f"data.validation.drift=fail: {anomalies[0]}{more}; or set data.validation.drift=warn"
+    failing = [(check, line) for check, line in found if policies[check] == "fail"]
+    if failing:
+        check, first = failing[0]
+        key = (
+            "data.validation.drift" if isinstance(validation.drift, str) else f"data.validation.drift.{check}"
         )
-    for line in anomalies:
+        more = f" (and {len(failing) - 1} more)" if len(failing) > 1 else ""
+        raise DataError(f"{key}=fail: {first}{more}; or set {key}=warn")
+    for _, line in found:
         log.warning("drift: %s", line)

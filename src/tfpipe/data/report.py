@@ -166,6 +166,24 @@ def headline(report: dict) -> dict:
     return out
 
 
+def figures(report: dict) -> dict:
+    """The per-split figures of a report, flat ('test.share[red]': 0.1429), for comparing two runs' reports
+    (pipeline.compare; the headline figures are the runs' data.* tags): examples, share per class, pixel
+    mean/std per channel, OOV rate, median length."""
+    out: dict = {}
+    for split, entry in report["splits"].items():
+        out[f"{split}.num_examples"] = entry["num_examples"]
+        out.update({f"{split}.share[{n}]": c["share"] for n, c in entry["classes"].items()})
+        for key in ("pixel_mean", "pixel_std"):
+            out.update({f"{split}.{key}[{i}]": v for i, v in enumerate(entry.get(key) or [])})
+        if "oov_rate" in entry:
+            out[f"{split}.oov_rate"] = entry["oov_rate"]
+        for key in ("tokens", "characters"):
+            if key in entry:
+                out[f"{split}.{key}.median"] = entry[key]["median"]
+    return out
+
+
 def image_modes(report: dict) -> str:
     """The source images' modes over all splits, most frequent first: 'RGB:950 L:40 RGBA:10'."""
     total: dict = {}

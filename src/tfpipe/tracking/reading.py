@@ -3,7 +3,7 @@
 `load_run(uri, run_id)` returns a plain dict (no mlflow objects leave this package):
     {"run_id", "run_name", "status", "tracking_uri", "params": {..}, "tags": {..}, "metrics": {..},
      "config": dict|None (config/resolved.yaml), "provenance": dict|None (provenance/provenance.json),
-     "dvc_lock": str|None (provenance/dvc.lock)}
+     "dvc_lock": str|None (provenance/dvc.lock), "data_report": dict|None (data/report.json)}
 An unknown run id or an unreachable store raises TrackingError (one line).
 """
 
@@ -25,6 +25,7 @@ from tfpipe.tracking.run import CONFIG_ARTIFACT
 
 PROVENANCE_ARTIFACT = "provenance/provenance.json"
 DVC_LOCK_ARTIFACT = "provenance/dvc.lock"
+DATA_REPORT_ARTIFACT = "data/report.json"  # the prepared data's report, logged by train (tfpipe.stages)
 AUDIT_REPORT_DIR = "audit"
 
 
@@ -43,6 +44,13 @@ def _artifact_text(client: MlflowClient, run_id: str, path: str) -> Optional[str
         return p.read_text(encoding="utf-8") if p.is_file() else None
 
 
+def _json_or_none(text: Optional[str]):
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None  # an unreadable report: compared as absent
+
+
 def load_run(uri: str, run_id: str) -> dict:
     import yaml
 
@@ -55,6 +63,7 @@ def load_run(uri: str, run_id: str) -> dict:
         ) from None
     config_text = _artifact_text(client, run_id, CONFIG_ARTIFACT)
     prov_text = _artifact_text(client, run_id, PROVENANCE_ARTIFACT)
+    report_text = _artifact_text(client, run_id, DATA_REPORT_ARTIFACT)
     return {
         "run_id": run.info.run_id,
         "run_name": run.info.run_name,
@@ -68,6 +77,7 @@ def load_run(uri: str, run_id: str) -> dict:
         "dvc_lock": _artifact_text(client, run_id, DVC_LOCK_ARTIFACT),
         "git_diff": _artifact_text(client, run_id, "provenance/git_diff.patch"),
         "pip_freeze": _artifact_text(client, run_id, "provenance/pip_freeze.txt"),
+        "data_report": _json_or_none(report_text),
     }
 
 

@@ -1,0 +1,219 @@
+"""Drift against a reference data report (issue 21, item 3): a policy per check, the class-share distance
+(L-infinity or Jensen-Shannon), image statistics, and `reference=auto` (the first prepared version, pinned).
+Tiny real-shaped image trees with planted drift; each planted change is found, and nothing else is."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import prepare_tree, write_image_tree
+from test_data_report import VAL, _argv, _cli, _pixels, _save, _with_val
+
+from tfpipe.data import drift
+from tfpipe.data.report import REPORT_FILE, load_report
+
+SHARE_LINE = "test: share of class 'red': reference 0.3333, now 0.1429"
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory):
+    """(clean, skewed: 2 of the 3 red test images gone, brighter: every test image +60, clean's report)."""
+    base = tmp_path_factory.mktemp("drift")
+    clean = _with_val(write_image_tree(base / "clean", train_per_class=8, test_per_class=3))
+    skewed = base / "skewed"
+    shutil.copytree(clean, skewed)
+    for path in sorted((skewed / "test" / "red").iterdir())[1:]:
+        path.unlink()
+    brighter = base / "brighter"
+    shutil.copytree(clean, brighter)
+    for path in sorted((brighter / "test").rglob("*.*")):
+        _save(_pixels(path).astype(int) + 60, path.with_suffix(".png"))
+        if path.suffix != ".png":
+            path.unlink()
+    reference = prepare_tree(clean, base / "out" / "clean", *VAL).prepared_dir / REPORT_FILE
+    return clean, skewed, brighter, reference
+
+
+def _anomalies(tree: Path, out: Path, *overrides: str) -> list:
+    return load_report(prepare_tree(tree, out, *VAL, *overrides).prepared_dir)["drift"]["anomalies"]
+
+
+# ----------------------------------------------------------------------------- a policy per check
+
+
+def test_a_policy_per_check_fails_only_on_the_checks_set_to_fail(capsys, trees, tmp_path):
+    _, skewed, _, reference = trees
+    ref = f"data.validation.reference={reference}"
+    lenient = _anomalies(skewed, tmp_path / "a", ref, "data.validation.drift={classes:fail,oov:fail}")
+    assert lenient == [SHARE_LINE]  # class_share not named: warn
+    code, lines = _cli(capsys, _argv(skewed, tmp_path / "b", ref, "data.validation.drift={class_share:fail}"))
+    assert code == 2 and lines == [
+        f"prepare: error: data.validation.drift.class_share=fail: {SHARE_LINE}; "
+        "or set data.validation.drift.class_share=warn"
+    ]
+    assert not (tmp_path / "b").exists()
+
+
+def test_image_statistics_moved_are_found_per_channel_and_nothing_else(capsys, trees, tmp_path):
+    clean, _, brighter, reference = trees
+    ref = f"data.validation.reference={reference}"
+    old = load_report(reference.parent)["splits"]["test"]
+    found = _anomalies(brighter, tmp_path / "a", ref)
+    new = load_report(tmp_path / "a")["splits"]["test"]
+    assert found == [
+        f"test: pixel_mean[{c}]: reference {old['pixel_mean'][c]:.3f}, now {new['pixel_mean'][c]:.3f}"
+        for c in range(3)
+    ]
+    assert all(new["pixel_mean"][c] - old["pixel_mean"][c] > 40 for c in range(3))
+    assert _anomalies(brighter, tmp_path / "b", ref, "data.validation.max_pixel_shift=80") == []
+    assert _anomalies(clean, tmp_path / "c", ref) == []
+    argv = _argv(brighter, tmp_path / "d", ref, "data.validation.drift={image_stats:fail,class_share:fail}")
+    code, lines = _cli(capsys, argv)
+    assert (
+        code == 2
+        and len(lines) == 1
+        and "data.validation.drift.image_stats=fail: test: pixel_mean[0]" in lines[0]
+    )
+    assert "(and 2 more)" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("data.validation.drift={clases:fail}", "data.validation.drift.clases: unknown drift check"),
+        ("data.validation.drift={oov:stop}", "data.validation.drift.oov='stop'"),
+        ("data.validation.share_distance=kl", "data.validation.share_distance='kl'"),
+        (
+            "data.validation.max_share_divergence=0",
+            "data.validation.max_share_divergence=0.0: must be in (0, 1]",
+        ),
+        ("data.validation.max_share_divergence=1.5", "max_share_divergence=1.5: must be in (0, 1]"),
+        (
+            "data.validation.reference=auto data.validation.auto_reference=OUT/ref.json",
+            "inside data.output_dir",
+        ),
+        ("data.validation.max_pixel_shift=300", "data.validation.max_pixel_shift=300.0: must be in (0, 255]"),
+    ],
+)
+def test_an_unknown_check_policy_or_distance_is_refused_before_anything_is_read(
+    capsys, tmp_path, override, key
+):
+    override = override.replace("OUT", str(tmp_path / "out"))
+    code, lines = _cli(capsys, _argv(tmp_path / "does-not-exist", tmp_path / "out", *override.split()))
+    assert code == 2 and len(lines) == 1 and key in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_check_names_the_allowed_ones(capsys, tmp_path):
+    _, lines = _cli(
+        capsys, _argv(tmp_path / "nothing", tmp_path / "out", "data.validation.drift={clases:fail}")
+    )
+    assert lines[0].endswith(
+        "(did you mean 'classes'?); allowed: classes, class_share, oov, image_modes, image_stats"
+    ), lines
+
+
+# ----------------------------------------------------------------------------- Jensen-Shannon
+
+
+def test_js_divergence_by_hand():
+    assert drift.js_divergence([0.5, 0.5], [0.5, 0.5]) == 0.0
+    assert drift.js_divergence([1.0, 0.0], [0.0, 1.0]) == pytest.approx(1.0)
+    p, q = np.array([1 / 3] * 3), np.array([3 / 7, 3 / 7, 1 / 7])
+    m = (p + q) / 2
+    expected = (np.sum(p * np.log2(p / m)) + np.sum(q * np.log2(q / m))) / 2
+    assert drift.js_divergence(list(p), list(q)) == pytest.approx(expected)
+
+
+def test_share_distance_js_reports_the_split_shares_and_the_divergence(trees, tmp_path):
+    clean, skewed, _, reference = trees
+    ref, js = f"data.validation.reference={reference}", "data.validation.share_distance=js"
+    assert _anomalies(skewed, tmp_path / "a", ref, js) == [
+        "test: class shares: reference blue 0.3333 green 0.3333 red 0.3333, "
+        "now blue 0.4286 green 0.4286 red 0.1429 (Jensen-Shannon divergence 0.0369 > 0.02)"
+    ]
+    assert _anomalies(skewed, tmp_path / "b", ref, js, "data.validation.max_share_divergence=0.04") == []
+    assert _anomalies(clean, tmp_path / "c", ref, js) == []
+
+
+# ----------------------------------------------------------------------------- reference=auto
+
+
+def test_auto_reference_pins_the_first_prepare_and_finds_drift_in_the_next(capsys, trees, tmp_path):
+    clean, skewed, _, _ = trees
+    pinned = tmp_path / "reference" / "report.json"
+    auto = ("data.validation.reference=auto", f"data.validation.auto_reference={pinned}")
+    first = prepare_tree(clean, tmp_path / "prepared", *VAL, *auto)
+    assert pinned.read_bytes() == (first.prepared_dir / REPORT_FILE).read_bytes()
+    assert "drift" not in load_report(first.prepared_dir)
+    second = prepare_tree(skewed, tmp_path / "prepared", *VAL, *auto)  # the same output_dir, replaced
+    assert load_report(second.prepared_dir)["drift"] == {
+        "reference": str(pinned),
+        "policy": "warn",
+        "share_distance": "linf",
+        "anomalies": [SHARE_LINE],
+    }
+    assert load_report(pinned.parent)["splits"]["test"]["num_examples"] == 9  # still the first version's
+    code, lines = _cli(capsys, _argv(tmp_path / "no-data", tmp_path / "text", *auto, "dataset=imdb"))
+    assert code == 2 and len(lines) == 1, lines
+    assert "data.validation.auto_reference=" in lines[0] and "a report of image data" in lines[0]
+
+
+# ----------------------------------------------------------------------------- pipeline.compare RUN_A RUN_B
+
+
+class _Run:
+    """The two calls tfpipe.stages._log_data_report makes on a tracking run, on a real MLflow client."""
+
+    def __init__(self, client, experiment):
+        self.client, self.run_id = client, client.create_run(experiment).info.run_id
+
+    def log_artifact(self, path, artifact_path=None):
+        self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def set_tags(self, tags):
+        for key, value in tags.items():
+            self.client.set_tag(self.run_id, key, str(value))
+
+
+def test_compare_lists_the_data_report_differences_of_two_runs(trees, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import mlflow
+    from conftest import ROOT
+
+    from tfpipe.stages import _log_data_report
+
+    _, skewed, _, reference = trees
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    client = mlflow.MlflowClient(uri)
+    experiment = client.create_experiment("e", artifact_location=(tmp_path / "art").as_uri())
+    run_a, run_b, run_c = (_Run(client, experiment) for _ in range(3))
+    _log_data_report(run_a, reference.parent)
+    _log_data_report(run_b, prepare_tree(skewed, tmp_path / "skewed", *VAL).prepared_dir)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+
+    def compare(a, b):
+        cmd = [sys.executable, "-m", "pipeline.compare", a.run_id, b.run_id, "--tracking-uri", uri]
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        return proc.returncode, [line.split() for line in proc.stdout.splitlines()[1:]]
+
+    code, rows = compare(run_a, run_b)
+    assert code == 1 and ["data", "data.examples_test", "9", "7"] in rows, rows
+    report_rows = [r[2:] for r in rows if r[:2] == ["data", "report"]]
+    assert report_rows[:4] == [
+        ["test.num_examples", "9", "7"],
+        ["test.share[blue]", "0.333333", "0.428571"],
+        ["test.share[green]", "0.333333", "0.428571"],
+        ["test.share[red]", "0.333333", "0.142857"],
+    ], rows
+    assert all(r[0].startswith("test.") for r in report_rows)  # train and validation are untouched
+    assert compare(run_a, run_a)[0] == 0
+    code, rows = compare(run_a, run_c)  # run C logged no report
+    assert ["data", "report", "report.json", "logged"] in rows, rows
