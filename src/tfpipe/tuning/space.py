@@ -167,4 +167,6 @@ def check_against_config(spec: TuneSpec, conf_dir: Path, base: list) -> None:
             try:
                 config.compose([*base, *as_overrides({key: value})], config_dir=conf_dir)
             except ConfigError as exc:
-                raise ConfigError(f"conf/tune/{spec.name}.yaml: space.{key}={value!r}: {exc}") from None
+                raise ConfigError(
+                    f"conf/tune/{spec.name}.yaml: space.{key}={hydra_value(value)}: {exc}"
+                ) from None
