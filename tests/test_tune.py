@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -44,8 +45,11 @@ def conf_project(tmp_path, monkeypatch):
         ("sampler: {name: grid}\n" + GOOD_SPACE, "sampler.name must be one of tpe, random"),
         ("pruner: {name: hyperband}\n" + GOOD_SPACE, "pruner.name must be one of median, none"),
         ("direction: up\n" + GOOD_SPACE, "direction must be minimize or maximize, got 'up'"),
-        ("sampler: {name: tpe, seeds: 1}\n" + GOOD_SPACE, "unexpected keyword argument 'seeds'"),
-        ("pruner: {name: median, warmup: 3}\n" + GOOD_SPACE, "unexpected keyword argument 'warmup'"),
+        ("sampler: {name: tpe, seeds: 1}\n" + GOOD_SPACE, "sampler.seeds: not an option of the tpe sampler"),
+        (
+            "pruner: {name: median, n_startup_trials: -1}\n" + GOOD_SPACE,
+            "pruner median: Number of startup trials cannot be negative, but got n_startup_trials=-1",
+        ),
     ],
 )
 def test_bad_spec_is_one_line_exit_2_before_any_trial(conf_project, capsys, spec, expected):
@@ -67,6 +71,159 @@ def test_unknown_spec_name_and_console_script(conf_project, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("tune: error: conf/tune/nosuch.yaml not found") and err.count("\n") == 1
+
+
+class _ReachedTheStudy(Exception):
+    """Raised instead of opening the study: the spec got past every check."""
+
+
+@pytest.fixture()
+def no_study(monkeypatch):
+    """The tuner stops where it would open the study (so a spec that passes the checks never runs a trial);
+    the spec it got there with is kept in the returned list."""
+    from tfpipe.tuning import study
+
+    seen = []
+
+    def _open_study(spec, url, name):
+        seen.append(spec)
+        raise _ReachedTheStudy(name)
+
+    monkeypatch.setattr(study, "open_study", _open_study)
+    return seen
+
+
+LR_AND_NGRAMS = (
+    "space:\n  train.optimizer.learning_rate: {low: 1.0e-4, high: 0.1, log: true}\n"
+    "  model.ngrams: {choices: [1, 2]}\n  train.epochs: {type: int, low: 1, high: 9, step: 2}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("sampler: 3\n" + GOOD_SPACE, "sampler must be a name (tpe | random) or a mapping"),
+        ("pruner: [median]\n" + GOOD_SPACE, "pruner must be a name (median | none) or a mapping"),
+        ("space:\n  model: {ngrams: {choices: [1, 2]}}\n", "space.model: unknown key 'ngrams' (allowed: low"),
+        ("space:\n  model.ngrams: {choices: [1, 2], low: 1}\n", "space.model.ngrams: choices takes no other"),
+        ("space:\n  model.ngrams: {choices: [[1], [2]]}\n", "choice [1] is not a number, string, boolean or"),
+        (
+            "space:\n  train.optimizer.learning_rate: {low: 0.1, high: 0.2, log: true, step: 0.01}\n",
+            "step and log: true cannot be combined",
+        ),
+        ("space:\n  train.epochs: {type: int, low: 1.5, high: 4}\n", "type int needs integer low and high"),
+        ("overrides: experiment=smoke\n" + GOOD_SPACE, "overrides must be a list of Hydra overrides"),
+        (
+            "enqueue:\n  - {model.ngram: 2}\n" + LR_AND_NGRAMS,
+            "enqueue[0]: 'model.ngram' is not a key of space (space keys: train.optimizer.learning_rate, "
+            "model.ngrams, train.epochs)",
+        ),
+        (
+            "enqueue:\n  - {model.ngrams: 1}\n  - {train.optimizer.learning_rate: 1.0e-6}\n" + LR_AND_NGRAMS,
+            "enqueue[1].train.optimizer.learning_rate: 1e-06 is outside the range [0.0001, 0.1]",
+        ),
+        (
+            "enqueue:\n  - {model.ngrams: 3}\n" + LR_AND_NGRAMS,
+            "model.ngrams: 3 is not one of the choices [1, 2]",
+        ),
+        ("enqueue:\n  - {train.epochs: 4}\n" + LR_AND_NGRAMS, "train.epochs: 4 is not on the grid"),
+        ("enqueue:\n  - {train.epochs: 2.5}\n" + LR_AND_NGRAMS, "train.epochs: 2.5 is not an integer"),
+        ("enqueue: {model.ngrams: 1}\n" + LR_AND_NGRAMS, "enqueue must be a list of {space key: value}"),
+        ("enqueue: [0.01]\n" + LR_AND_NGRAMS, "enqueue[0] must map space keys to values, got 0.01"),
+        (
+            "pruner: {name: none, n_startup_trials: 3}\n" + GOOD_SPACE,
+            "pruner none takes no options, got n_startup_trials (options only apply to median)",
+        ),
+        (
+            "sampler: {name: random, n_startup_trials: 3}\n" + GOOD_SPACE,
+            "sampler.n_startup_trials: not an option of the random sampler (Optuna RandomSampler; allowed: seed)",
+        ),
+        (
+            "pruner: {name: median, warmup: 3}\n" + GOOD_SPACE,
+            "pruner.warmup: not an option of the median pruner (Optuna MedianPruner; allowed: n_startup_trials, "
+            "n_warmup_steps, interval_steps, n_min_trials)",
+        ),
+    ],
+)
+def test_bad_sampler_pruner_space_or_enqueue_is_one_line_before_the_study(
+    conf_project, capsys, no_study, spec, expected
+):
+    from tfpipe import tuning
+
+    (conf_project / "conf" / "tune" / "bad.yaml").write_text(spec)
+    assert tuning.main(["bad"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tune: error: conf/tune/bad.yaml: ") and err.count("\n") == 1, err
+    assert expected in err
+    assert not no_study and not (conf_project / "optuna.db").exists()
+
+
+def test_sampler_and_pruner_by_name_alone(conf_project, no_study, monkeypatch):
+    """`sampler: random` / `pruner: none` (what a user types) are the named ones, the sampler seeded like the
+    default; the study opened from them has those Optuna classes."""
+    import optuna
+
+    from tfpipe import tuning
+    from tfpipe.tuning import study
+
+    for sampler, pruner in (("random", "none"), ("tpe", "median")):
+        spec = f"sampler: {sampler}\npruner: {pruner}\n" + GOOD_SPACE
+        (conf_project / "conf" / "tune" / "named.yaml").write_text(spec)
+        with pytest.raises(_ReachedTheStudy):
+            tuning.main(["named"])
+        assert no_study[-1].sampler == {"name": sampler, "seed": 0}
+        assert no_study[-1].pruner == {"name": pruner}
+    monkeypatch.undo()  # the real open_study
+    opened = study.open_study(no_study[0], f"sqlite:///{conf_project / 'optuna.db'}", "named")
+    assert isinstance(opened.sampler, optuna.samplers.RandomSampler)
+    assert isinstance(opened.pruner, optuna.pruners.NopPruner)
+
+
+def test_best_params_yaml_is_a_config_that_run_all_and_dvc_accept(tmp_path, monkeypatch):
+    """The parent's best/params.yaml (and best/overrides.txt), from a study on the real imdb_fast spec whose
+    best trial drew a null choice too: `pipeline.run_all --params` loads it (`config.load_params`) to the config
+    the overrides compose, and it holds every param and template key dvc.yaml reads. No training."""
+    import optuna
+    import yaml
+
+    from tfpipe import config, tuning
+    from tfpipe.tracking import study as tracked
+    from tfpipe.tuning import space
+
+    spec = space.load_spec("imdb_fast", ROOT / "conf")
+    spec.space["data.max_examples_per_split"] = {"choices": [None, 100]}  # null: `=null` to Hydra, not 'None'
+    best = {"train.optimizer.learning_rate": 0.0123, "model.ngrams": 2, "data.max_examples_per_split": None}
+    values = [0.5, 0.9, 0.7]  # val_accuracy: the second trial is the best (maximize)
+
+    def objective(trial):  # the tuner's sampling, without the training
+        space.suggest(trial, spec.space)
+        return values[trial.number]
+
+    opened = optuna.create_study(direction=spec.direction)
+    for params in ({"model.ngrams": 1}, best, {"model.ngrams": 3}):
+        opened.enqueue_trial(params)
+    opened.optimize(objective, n_trials=3)
+    assert opened.best_trial.params == best
+    recorded = {}
+    monkeypatch.setattr(
+        tracked, "record_best", lambda *args: recorded.update(zip(("overrides", "yaml"), args[3:]))
+    )
+    assert tuning._record_best(opened, spec, spec.overrides, ROOT / "conf", parent=None) == "FINISHED"
+
+    (tmp_path / "params.yaml").write_text(recorded["yaml"])
+    cfg = config.load_params(tmp_path / "params.yaml")  # what `pipeline.run_all --params FILE` reads
+    assert cfg == config.compose("\n".join(recorded["overrides"]).split(), config_dir=ROOT / "conf")
+    assert (cfg.train.optimizer.learning_rate, cfg.model.ngrams) == (0.0123, 2)
+    assert cfg.data.max_examples_per_split is None and cfg.dataset.name == "imdb"
+    params = yaml.safe_load(recorded["yaml"])
+    dvc = (ROOT / "dvc.yaml").read_text()
+    keys = [k for stage in yaml.safe_load(dvc)["stages"].values() for k in stage.get("params", [])]
+    keys += re.findall(r"\$\{([\w.]+)\}", dvc)  # DVC templating reads params.yaml too
+    for key in keys:
+        node = params
+        for part in key.split("."):
+            assert isinstance(node, dict) and part in node, f"dvc.yaml reads {key}, not in best/params.yaml"
+            node = node[part]
 
 
 # ----------------------------------------------------------------------------- a real study (slow)

@@ -1,29 +1,34 @@
 """The tuning spec `conf/tune/<name>.yaml`: loaded with Hydra like conf/, checked before any trial.
 
-overrides: [experiment=smoke]        # the base composition every trial starts from
+overrides: [experiment=smoke]        # the base composition every trial starts from (a list of Hydra overrides)
 metric: val_loss                     # a per-epoch validation metric (history row), reported for pruning
 direction: minimize                  # or maximize
 n_trials: 4                          # finished (COMPLETE) + PRUNED trials the study runs to
-sampler: {name: tpe, seed: 0}        # tpe | random
-pruner: {name: median, n_startup_trials: 1, n_warmup_steps: 0}   # median | none
+sampler: {name: tpe, seed: 0}        # tpe | random; a bare name (`sampler: random`) is {name: random, seed: 0}
+pruner: {name: median, n_startup_trials: 1, n_warmup_steps: 0}   # median | none (no options); `pruner: none` too
 enqueue: []                          # parameter sets tried first (once per study), e.g. the defaults
 storage: null                        # Optuna storage URL; null: env TFPIPE_TUNE_STORAGE, else optuna.db
 space:                               # distributions over any key of the composed config
   train.optimizer.learning_rate: {low: 1.0e-4, high: 0.1, log: true}   # float
   train.batch_size_per_replica: {type: int, low: 8, high: 64, step: 8}
   model.ngrams: {choices: [1, 2, 3]}                                 # categorical
+
+Sampler and pruner options are the keyword arguments of Optuna's class (TPESampler, RandomSampler,
+MedianPruner); an unknown one is refused with the allowed list. Each `enqueue` entry maps some space keys to
+values inside their distributions (a key not in `space`, or a value outside its range or choices, is refused).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfpipe.errors import ConfigError
 
 METRICS = ("val_loss", "val_accuracy")
-SAMPLERS = ("tpe", "random")
-PRUNERS = ("median", "none")
+SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler"}  # name -> optuna.samplers class
+PRUNERS = {"median": "MedianPruner", "none": "NopPruner"}  # name -> optuna.pruners class
 SPEC_KEYS = (
     "overrides",
     "metric",
@@ -53,6 +58,8 @@ class TuneSpec:
 
 def load_spec(name: str, conf_dir: Path) -> TuneSpec:
     """conf/tune/<name>.yaml composed by Hydra (it may use `defaults:` like any conf/ file), then checked."""
+    from tfpipe.tuning.checks import check_spec
+
     raw = _compose(name, Path(conf_dir))
     unknown = sorted(set(raw) - set(SPEC_KEYS))
     if unknown:
@@ -61,6 +68,10 @@ def load_spec(name: str, conf_dir: Path) -> TuneSpec:
         )
     if not isinstance(raw.get("space"), dict) or not raw["space"]:
         raise ConfigError(f"conf/tune/{name}.yaml: `space` must map config keys to distributions")
+    if isinstance(raw.get("sampler"), str):  # `sampler: random`: the name alone, seeded like the default
+        raw["sampler"] = {"name": raw["sampler"], "seed": 0}
+    if isinstance(raw.get("pruner"), str):  # `pruner: median`: the name alone, Optuna's default options
+        raw["pruner"] = {"name": raw["pruner"]}
     spec = TuneSpec(name=name, **{k: v for k, v in raw.items() if v is not None or k == "storage"})
     check_spec(spec)
     return spec
@@ -84,41 +95,24 @@ def _compose(name: str, conf_dir: Path) -> dict:
     return raw["tune"] if set(raw) == {"tune"} else raw  # a primary config in conf/tune/ lands under `tune`
 
 
-def check_spec(spec: TuneSpec) -> None:
-    """Impossible settings and ranges, before any trial (config keys: `check_against_config`)."""
-    where = f"conf/tune/{spec.name}.yaml"
-    if not isinstance(spec.n_trials, int) or spec.n_trials < 1:
-        raise ConfigError(f"{where}: n_trials must be an integer >= 1, got {spec.n_trials!r}")
-    if spec.metric not in METRICS:
-        raise ConfigError(
-            f"{where}: metric {spec.metric!r} is not a validation metric ({', '.join(METRICS)})"
-        )
-    if spec.direction not in ("minimize", "maximize"):
-        raise ConfigError(f"{where}: direction must be minimize or maximize, got {spec.direction!r}")
-    if spec.sampler.get("name") not in SAMPLERS:
-        raise ConfigError(f"{where}: sampler.name must be one of {', '.join(SAMPLERS)}")
-    if spec.pruner.get("name") not in PRUNERS:
-        raise ConfigError(f"{where}: pruner.name must be one of {', '.join(PRUNERS)}")
-    for key, dist in spec.space.items():
-        _check_distribution(f"{where}: space.{key}", dist)
+def optuna_class(kind: str, name: str):
+    """The Optuna class of a sampler or pruner name (kind: sampler | pruner)."""
+    import optuna
+
+    if kind == "sampler":
+        return getattr(optuna.samplers, SAMPLERS[name])
+    return getattr(optuna.pruners, PRUNERS[name])
 
 
-def _check_distribution(where: str, dist) -> None:
-    if not isinstance(dist, dict):
-        raise ConfigError(f"{where}: expected {{low, high[, log, step, type]}} or {{choices}}, got {dist!r}")
-    if "choices" in dist:
-        if not isinstance(dist["choices"], list) or not dist["choices"]:
-            raise ConfigError(f"{where}: choices must be a non-empty list")
-        return
-    low, high = dist.get("low"), dist.get("high")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)):
-        raise ConfigError(f"{where}: low and high must be numbers, got low={low!r} high={high!r}")
-    if low > high:
-        raise ConfigError(f"{where}: low {low} > high {high}")
-    if dist.get("log") and low <= 0:
-        raise ConfigError(f"{where}: log scale needs low > 0, got {low}")
-    if dist.get("type", "float") not in ("float", "int"):
-        raise ConfigError(f"{where}: type must be float or int, got {dist.get('type')!r}")
+def build(kind: str, named: dict, where: str = "conf/tune"):
+    """The Optuna sampler or pruner of a checked {name, OPTION: VALUE} mapping; a bad value is one line."""
+    from tfpipe.errors import one_line
+
+    options = {k: v for k, v in named.items() if k != "name"}
+    try:
+        return optuna_class(kind, named["name"])(**options)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {kind} {named['name']}: {one_line(exc)}") from None
 
 
 def suggest(trial, space: dict) -> dict:
@@ -129,7 +123,7 @@ def suggest(trial, space: dict) -> dict:
             values[key] = trial.suggest_categorical(key, dist["choices"])
         elif dist.get("type") == "int":
             values[key] = trial.suggest_int(
-                key, dist["low"], dist["high"], step=dist.get("step", 1), log=bool(dist.get("log"))
+                key, dist["low"], dist["high"], step=dist.get("step") or 1, log=bool(dist.get("log"))
             )
         else:
             values[key] = trial.suggest_float(
@@ -138,10 +132,28 @@ def suggest(trial, space: dict) -> dict:
     return values
 
 
+_BARE = re.compile(r"[A-Za-z_/][\w./-]*")
+
+
+def hydra_value(value) -> str:
+    """A sampled value in Hydra's override grammar: null, true/false, repr of floats, a string quoted when
+    bare it would read as something else (`None` is the string 'None' to Hydra, `null` is None)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        if _BARE.fullmatch(value) and value.lower() not in ("true", "false", "null", "inf", "nan"):
+            return value
+        escaped = re.sub(r"(\\+)(?='|$)", r"\1\1", value)  # Hydra unescapes backslashes only before a quote
+        return "'" + escaped.replace("'", "\\'") + "'"
+    return str(value)
+
+
 def as_overrides(values: dict) -> list:
-    return [
-        f"{key}={value!r}" if isinstance(value, float) else f"{key}={value}" for key, value in values.items()
-    ]
+    return [f"{key}={hydra_value(value)}" for key, value in values.items()]
 
 
 def check_against_config(spec: TuneSpec, conf_dir: Path, base: list) -> None:
@@ -155,4 +167,6 @@ def check_against_config(spec: TuneSpec, conf_dir: Path, base: list) -> None:
             try:
                 config.compose([*base, *as_overrides({key: value})], config_dir=conf_dir)
             except ConfigError as exc:
-                raise ConfigError(f"conf/tune/{spec.name}.yaml: space.{key}={value!r}: {exc}") from None
+                raise ConfigError(
+                    f"conf/tune/{spec.name}.yaml: space.{key}={hydra_value(value)}: {exc}"
+                ) from None

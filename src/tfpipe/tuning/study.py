@@ -20,7 +20,7 @@ from pathlib import Path
 from tfpipe.errors import ConfigError
 from tfpipe.provenance import environ_snapshot
 from tfpipe.tuning.hook import PRUNED_ATTR, TRIAL_ENV
-from tfpipe.tuning.space import TuneSpec, as_overrides, suggest
+from tfpipe.tuning.space import TuneSpec, as_overrides, build, suggest
 
 log = logging.getLogger(__name__)
 
@@ -72,40 +72,28 @@ def _storage(url: str):
                 time.sleep(1)
 
 
-def _pruner(pruner: dict):
-    import optuna
-
-    options = {k: v for k, v in pruner.items() if k != "name"}
-    if pruner["name"] == "none":
-        return optuna.pruners.NopPruner()
-    return optuna.pruners.MedianPruner(**options)
+def _pruner(pruner: dict, where: str = "conf/tune"):
+    return build("pruner", pruner, where)
 
 
-def _sampler(sampler: dict):
-    import optuna
-
-    options = {k: v for k, v in sampler.items() if k != "name"}
-    if sampler["name"] == "random":
-        return optuna.samplers.RandomSampler(**options)
-    return optuna.samplers.TPESampler(**options)
+def _sampler(sampler: dict, where: str = "conf/tune"):
+    return build("sampler", sampler, where)
 
 
 def open_study(spec: TuneSpec, url: str, study_name: str):
     """Create the study or load it (a restarted tuner, a second tuner); enqueue the first trials once."""
     import optuna
 
-    try:  # sampler and pruner first: a bad option is refused before the storage file is created
-        sampler, pruner = _sampler(spec.sampler), _pruner(spec.pruner)
-        study = optuna.create_study(
-            storage=_storage(url),
-            study_name=study_name,
-            direction=spec.direction,
-            sampler=sampler,
-            pruner=pruner,
-            load_if_exists=True,
-        )
-    except (TypeError, ValueError) as exc:  # a bad sampler/pruner option
-        raise ConfigError(f"conf/tune/{spec.name}.yaml: {exc}") from None
+    where = f"conf/tune/{spec.name}.yaml"  # sampler and pruner first: a bad option value is refused
+    sampler, pruner = _sampler(spec.sampler, where), _pruner(spec.pruner, where)  # before the storage exists
+    study = optuna.create_study(
+        storage=_storage(url),
+        study_name=study_name,
+        direction=spec.direction,
+        sampler=sampler,
+        pruner=pruner,
+        load_if_exists=True,
+    )
     if study.direction.name.lower() != spec.direction:  # load_if_exists keeps the stored one without a word
         raise ConfigError(
             f"conf/tune/{spec.name}.yaml: direction {spec.direction}, but study {study_name!r} in its storage "
