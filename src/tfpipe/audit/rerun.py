@@ -87,7 +87,7 @@ def _recorded_run(run_id: str, root: Path, uri: str, tolerance: float) -> dict:
     return run
 
 
-def _make_worktree(root: Path, run: dict, tmp: Path, log, uri: str) -> Path:
+def _make_worktree(root: Path, run: dict, tmp: Path, log, uri: str = "") -> Path:
     """A git worktree at the run's commit (plus its recorded diff), its params.yaml, raw data, DVC cache and
     warm-start weights."""
     import yaml
@@ -111,7 +111,7 @@ def _make_worktree(root: Path, run: dict, tmp: Path, log, uri: str) -> Path:
         # `auto` picks the policy from the host: re-run with the one the original run used.
         cfg["precision"]["policy"] = resolved
         log(f"precision.policy=auto ran as {resolved}: the re-run uses {resolved}")
-    init = warm.recorded_source(run["run_id"], run["tags"], root, uri, tmp, log)
+    init = warm.recorded_source(run.get("run_id", "?"), run["tags"], root, uri, tmp, log)
     if init:  # the re-run's store is a new one: it starts from the verified copy, not the recorded URI
         cfg["train"]["init_from"] = str(init)
     trust.write_inside(wt, "params.yaml", yaml.safe_dump(cfg, sort_keys=False))
