@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from tfpipe import config, models
+from tfpipe.models import text
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = ["great", "good", "awful", "bad", "film", "!", "not"]
@@ -38,9 +39,15 @@ def test_nblr_starts_at_even_odds_learns_from_the_ratios_and_serves_raw_strings(
     tokens, labels = vec(tf.constant(TEXTS)), tf.constant(LABELS, tf.int64)
     stats = models.fit_to_train_split(model, cfg.model, [(tokens, labels)], num_classes=2)
     assert stats["documents"] == 6 and stats["features_kept"] == stats["features_seen"] > len(VOCAB)
-    index = model.get_layer("feature_index").get_weights()[0]
-    assert sorted(index[index > 0]) == list(range(1, stats["features_kept"] + 1))  # compact ids 1..n
+    n, lookup = stats["features_kept"], model.get_layer("feature_index")
+    keys = lookup.get_weights()[0]
+    assert (np.diff(keys[:n]) > 0).all() and (keys[n:] == np.iinfo(np.int64).max).all()  # sorted, sentinel
+    compact = lookup(tf.constant([[keys[0], keys[n - 1], 0, keys[n - 1] + 1]], tf.int64)).numpy()
+    np.testing.assert_array_equal(compact, [[1, n, 0, 0]])  # kept: 1..n; padding and unknown ids: 0
     r = model.get_layer("nb_ratios").get_weights()[0]
+    counts, _ = text.class_document_counts(model, [(tokens, labels)], 2, int(keys[n - 1]) + 1)
+    expected = text.nb_log_ratios(counts)  # nbsvm's ratios over the whole feature space
+    np.testing.assert_allclose(r[1 : n + 1], expected[:, keys[:n]].T, rtol=1e-5)
     assert (r[0] == 0).all() and (r[stats["features_kept"] + 1 :] == 0).all()  # padding, unused rows
     np.testing.assert_allclose(r[:, 0], -r[:, 1], atol=1e-6)  # two classes: opposite ratios
     np.testing.assert_allclose(model.predict(tokens, verbose=0), 0.5)  # u starts at 0: even odds
@@ -71,5 +78,5 @@ def test_nblr_config_is_checked():
     tokens, labels = vec(tf.constant(TEXTS)), tf.constant(LABELS, tf.int64)
     cfg.model.min_documents = 1
     stats = models.fit_to_train_split(model, cfg.model, [(tokens, labels)], num_classes=2)
-    index = model.get_layer("feature_index").get_weights()[0]
-    assert stats["features_kept"] == 2 and index[2 + VOCAB.index("film")] > 0  # "film": in 3 of 6 reviews
+    keys = model.get_layer("feature_index").get_weights()[0]
+    assert stats["features_kept"] == 2 and 2 + VOCAB.index("film") in keys  # "film": in 3 of 6 reviews
