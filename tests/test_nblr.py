@@ -72,6 +72,8 @@ def test_nblr_config_is_checked():
         _nblr(l2=-1.0)
     with pytest.raises(ConfigError, match="model.max_features"):
         _nblr(max_features=0)
+    with pytest.raises(ConfigError, match="model.hash_buckets=2147480000: .* below 2.31"):
+        _nblr(hash_buckets=2147480000)
     cfg, model = _nblr(ngrams=1, l2=0.0, max_features=2)  # unigrams only, no penalty, 2 features kept
     assert model.name == "nblr" and not model.losses
     vec = models.make_text_vectorizer(VOCAB, 6, "split_punctuation")

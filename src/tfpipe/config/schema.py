@@ -152,6 +152,7 @@ class NbsvmConfig(ModelConfig):
 @dataclass
 class NblrConfig(NbsvmConfig):
     name: str = "nblr"
+    hash_buckets: int = 2000000000  # ~2^31 hashed n-gram ids: only the kept ones get a row (FeatureIndex)
     l2: float = 0.0004  # L2 penalty on the coefficients u (the whole table, every step)
     max_features: int = 500000  # rows of the coefficient tables: the most frequent kept features
 
@@ -159,6 +160,10 @@ class NblrConfig(NbsvmConfig):
         super().check(cfg)
         non_negative("model.l2", self.l2)
         positive("model.max_features", self.max_features)
+        if self.hash_buckets + cfg.dataset.max_tokens + 2 >= 2**31:  # ids are int32 in DistinctIds
+            raise ConfigError(
+                f"model.hash_buckets={self.hash_buckets!r}: with dataset.max_tokens the ids must stay below 2^31"
+            )
 
 
 MODEL_SCHEMAS = {

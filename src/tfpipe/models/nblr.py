@@ -2,7 +2,8 @@
 
 The features are nbsvm's (tfpipe.models.text): the review's distinct unigrams and hashed n-grams, each
 feature f carrying its fixed naive Bayes log-count ratios r[f, c] (counted from the train split by
-`fit_nb_ratios` before training, the same layer names as nbsvm). Where NBSVM++ starts from the naive Bayes
+`fit_nblr` before training, nbsvm's formula). Only the features kept at fit time have a row in the tables
+(`FeatureIndex`), so the n-grams can be hashed into ~2^31 ids. Where NBSVM++ starts from the naive Bayes
 solution and trains (w[f] + 0.4) / 10 for one epoch, NBLR learns one coefficient u[f] per feature from 0
 with an L2 penalty on u (Wang & Manning 2012's NB features in a regularised logistic regression, as in
 Mesnil et al. 2014's NBSVM baseline): logit c = sum over the review's features of u[f] r[f, c] + bias.
