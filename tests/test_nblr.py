@@ -82,3 +82,31 @@ def test_nblr_config_is_checked():
     stats = models.fit_to_train_split(model, cfg.model, [(tokens, labels)], num_classes=2)
     keys = model.get_layer("feature_index").get_weights()[0]
     assert stats["features_kept"] == 2 and 2 + VOCAB.index("film") in keys  # "film": in 3 of 6 reviews
+
+
+@pytest.mark.slow
+def test_imdb_nblr_preset_trains_through_the_train_stage_and_serves_raw_strings(text_dir, tmp_path):
+    from conftest import prepare_tree
+
+    from tfpipe import training
+
+    prepared = prepare_tree(text_dir, tmp_path / "prepared", "experiment=imdb_nblr")
+    cfg = config.compose(
+        [
+            "experiment=imdb_nblr",
+            "model.min_documents=2",
+            "train.batch_size_per_replica=4",
+            "train.epochs=2",
+            "train.steps_per_epoch=2",
+            "train.tensorboard=false",
+        ],
+        config_dir=ROOT / "conf",
+    )
+    assert cfg.model.name == "nblr" and cfg.dataset.standardize == "split_punctuation"
+    result = training.train(cfg, prepared_dir=prepared.prepared_dir, output_dir=tmp_path / "out")
+    assert result.steps == 4 and np.isfinite(result.history[-1]["epoch_train_loss"])
+    serve = tf.saved_model.load(str(result.saved_model_dir)).signatures["serving_default"]
+    probs = serve(text=tf.constant(["a wonderful, great film!", "awful and boring..."]))[
+        "probabilities"
+    ].numpy()
+    assert probs.dtype == np.float32 and probs[0, 1] > 0.5 > probs[1, 1]
