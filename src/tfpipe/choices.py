@@ -17,7 +17,7 @@ MODALITIES = ("image", "text")
 BACKBONES = ("mobilenet_v3_small", "efficientnet_b0")  # keras.applications networks under our classifier head
 IMAGE_MODELS = ("cnn", "resnet", *BACKBONES)
 PRETRAINED = ("imagenet",)  # model.pretrained of a backbone (null: random initialisation)
-TEXT_MODELS = ("embedding_gap", "ngram_bag", "nbsvm")
+TEXT_MODELS = ("embedding_gap", "ngram_bag", "nbsvm", "nblr")
 MODELS = IMAGE_MODELS + TEXT_MODELS
 STRATEGIES = (
     "one_device",

@@ -61,7 +61,13 @@ class ModelConfig:
                 f"model.name={self.name!r}: is not a {modality} model, but dataset {cfg.dataset.name!r} is "
                 f"{modality}; allowed: {', '.join(wanted)}"
             )
-        if self.name in ("resnet", "ngram_bag", "nbsvm", *choices.BACKBONES):  # 0: no hidden dense layer
+        if self.name in (
+            "resnet",
+            "ngram_bag",
+            "nbsvm",
+            "nblr",
+            *choices.BACKBONES,
+        ):  # 0: no hidden dense layer
             non_negative("model.dense_units", self.dense_units)
         else:
             positive("model.dense_units", self.dense_units)
@@ -143,12 +149,30 @@ class NbsvmConfig(ModelConfig):
         _ngrams(self.ngrams, self.hash_buckets)
 
 
+@dataclass
+class NblrConfig(NbsvmConfig):
+    name: str = "nblr"
+    hash_buckets: int = 2000000000  # ~2^31 hashed n-gram ids: only the kept ones get a row (FeatureIndex)
+    l2: float = 0.0004  # L2 penalty on the coefficients u (the whole table, every step)
+    max_features: int = 500000  # rows of the coefficient tables: the most frequent kept features
+
+    def check(self, cfg) -> None:
+        super().check(cfg)
+        non_negative("model.l2", self.l2)
+        positive("model.max_features", self.max_features)
+        if self.hash_buckets + cfg.dataset.max_tokens + 2 >= 2**31:  # ids are int32 in DistinctIds
+            raise ConfigError(
+                f"model.hash_buckets={self.hash_buckets!r}: with dataset.max_tokens the ids must stay below 2^31"
+            )
+
+
 MODEL_SCHEMAS = {
     "cnn": CnnConfig,
     "resnet": ResnetConfig,
     "embedding_gap": EmbeddingGapConfig,
     "ngram_bag": NgramBagConfig,
     "nbsvm": NbsvmConfig,
+    "nblr": NblrConfig,
 }
 from tfpipe.config.backbone_schema import BackboneConfig  # noqa: E402 - subclasses ModelConfig above
 

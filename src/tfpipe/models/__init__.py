@@ -13,6 +13,7 @@ import keras
 from tfpipe.models.backbones import APPLICATIONS, build_backbone
 from tfpipe.models.export import export_saved_model, load_class_names
 from tfpipe.models.image import build_cnn, build_resnet
+from tfpipe.models.nblr import build_nblr, fit_nblr
 from tfpipe.models.text import (
     NUM_SPECIAL_TOKENS,
     build_embedding_gap,
@@ -40,6 +41,7 @@ MODEL_BUILDERS: Dict[str, Callable[..., keras.Model]] = {
     "resnet": lambda cfg, num_classes, vocab_size, norm: build_resnet(cfg, num_classes, norm),
     "ngram_bag": lambda cfg, num_classes, vocab_size, norm: build_ngram_bag(cfg, num_classes, vocab_size),
     "nbsvm": lambda cfg, num_classes, vocab_size, norm: build_nbsvm(cfg, num_classes, vocab_size),
+    "nblr": lambda cfg, num_classes, vocab_size, norm: build_nblr(cfg, num_classes, vocab_size),
     **dict.fromkeys(
         APPLICATIONS, lambda cfg, num_classes, vocab_size, norm: build_backbone(cfg, num_classes)
     ),
@@ -48,7 +50,11 @@ MODEL_BUILDERS: Dict[str, Callable[..., keras.Model]] = {
 
 def fit_to_train_split(model: keras.Model, model_cfg, batches, num_classes: int) -> Optional[dict]:
     """Set the parameters a model computes from the train split before training (nbsvm: its naive Bayes
-    ratios); None for models that have none. `batches`: (model input, labels) over the whole split."""
+    ratios, nblr's too); None for models that have none. `batches`: (model input, labels) over the whole split."""
+    if model_cfg.name == "nblr":
+        return fit_nblr(
+            model, batches, num_classes, int(model_cfg.min_documents), int(model_cfg.max_features)
+        )
     if model_cfg.name == "nbsvm":
         return fit_nb_ratios(model, batches, num_classes, min_documents=int(model_cfg.min_documents))
     return None

@@ -210,11 +210,25 @@ def fit_nb_ratios(model: keras.Model, batches, num_classes: int, min_documents: 
     feature f and q_c[f] the other classes' (both + NB_SMOOTHING; the norms run over the features seen).
     Features in fewer than `min_documents` documents, and unseen ones, get r = 0. Deterministic, so every worker of a
     multi-worker job sets the same values. Returns counts for the log."""
+    table = model.get_layer("nb_ratios").embeddings
+    counts, documents = class_document_counts(model, batches, num_classes, int(table.shape[0]))
+    ratios = nb_log_ratios(counts)
+    totals = counts.sum(axis=0)
+    ratios[:, totals < min_documents] = 0.0  # rare features: noise the weights would only overfit
+    table.assign(ratios.T.astype("float32"))
+    return {
+        "documents": documents,
+        "features_seen": int((totals > 0).sum()),
+        "features": int(counts.shape[1]),
+    }
+
+
+def class_document_counts(model: keras.Model, batches, num_classes: int, size: int):
+    """([classes, size] float64 counts of the documents of each class holding each feature id (< size) of
+    the model's "distinct" layer (padding 0 not counted), number of documents) over (token ids, labels) batches."""
     import numpy as np
 
     features = keras.Model(model.inputs, model.get_layer("distinct").output)
-    table = model.get_layer("nb_ratios").embeddings
-    size = int(table.shape[0])
     per_class = [[] for _ in range(num_classes)]  # distinct ids of each class's documents
     documents = 0
     for tokens, labels in batches:
@@ -231,12 +245,18 @@ def fit_nb_ratios(model: keras.Model, batches, num_classes: int, min_documents: 
         ]
     ).astype(np.float64)
     counts[:, 0] = 0.0  # padding is not a feature
+    return counts, documents
+
+
+def nb_log_ratios(counts):
+    """[classes, features] naive Bayes log-count ratios of `counts` (class_document_counts), normalised over
+    the features seen (not a hash table's empty buckets); 0 for unseen features."""
+    import numpy as np
+
     totals = counts.sum(axis=0, keepdims=True)
-    seen = totals[0] > 0  # normalise over the features that occur (not the hash table's empty buckets)
+    seen = totals[0] > 0
     p = counts[:, seen] + NB_SMOOTHING
     q = (totals[:, seen] - counts[:, seen]) + NB_SMOOTHING
     ratios = np.zeros_like(counts)
     ratios[:, seen] = np.log(p / p.sum(axis=1, keepdims=True)) - np.log(q / q.sum(axis=1, keepdims=True))
-    ratios[:, totals[0] < min_documents] = 0.0  # rare features: noise the weights would only overfit
-    table.assign(ratios.T.astype(np.float32))
-    return {"documents": documents, "features_seen": int((totals[0] > 0).sum()), "features": size}
+    return ratios
