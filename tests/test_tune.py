@@ -226,6 +226,35 @@ def test_best_params_yaml_is_a_config_that_run_all_and_dvc_accept(tmp_path, monk
             node = node[part]
 
 
+def test_a_dead_trial_s_run_ends_failed_even_before_it_named_its_run(tmp_path, monkeypatch):
+    """A trial killed after its run opened but before it told the study the run id: the next tuner finds the run
+    by its tune.trial tag (set when the run opens, from the tuner's environment) and ends it FAILED; a run of a
+    trial still RUNNING (another tuner's) is left alone."""
+    import optuna
+
+    from tfpipe import config
+    from tfpipe.tracking.opening import TUNE_TRIAL_ENV, ParentRun, context_tags
+    from tfpipe.tuning.study import Objective
+
+    cfg = config.compose([f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"], config_dir=ROOT / "conf")
+    parent = ParentRun(cfg, tmp_path, "tune-study")
+    try:
+        client = parent.client
+        experiment = client.get_run(parent.run_id).info.experiment_id
+        runs = {}
+        for number in (0, 1):
+            monkeypatch.setenv(TUNE_TRIAL_ENV, str(number))  # as the tuner starts each trial's process
+            runs[number] = client.create_run(experiment, tags=context_tags()).info.run_id  # the train stage's
+        study = optuna.create_study()
+        study.ask()  # trial 0: still running in another tuner
+        study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)  # trial 1: its tuner died
+        Objective(None, [], tmp_path, "", parent, cfg).end_dead_runs(study)
+        assert client.get_run(runs[1]).info.status == "FAILED"
+        assert client.get_run(runs[0]).info.status == "RUNNING"
+    finally:
+        parent.close()
+
+
 # ----------------------------------------------------------------------------- a real study (slow)
 
 
@@ -246,21 +275,16 @@ def _done(project: Path) -> int:
         return 0
 
 
-def _training_trial(project: Path) -> int | None:
-    """The number of a trial that is RUNNING in the study and whose MLflow run is RUNNING, else None."""
+def _running_run(project: Path) -> dict | None:
+    """The tags of the run named in the project's run file when that run is RUNNING in the store, else None."""
     from mlflow import MlflowClient
-    from sqlalchemy.exc import SQLAlchemyError
 
     try:
-        trials = _study(project).trials
-    except (KeyError, SQLAlchemyError):
+        run_id = json.loads((project / "run.json").read_text())["run_id"]
+    except (OSError, ValueError, KeyError):  # no run file, or one being written
         return None
-    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
-    for trial in trials:
-        run_id = trial.user_attrs.get("mlflow_run_id")
-        if trial.state.name == "RUNNING" and run_id and client.get_run(run_id).info.status == "RUNNING":
-            return trial.number
-    return None
+    run = MlflowClient(f"sqlite:///{project / 'mlflow.db'}").get_run(run_id)
+    return {**run.data.tags, "run_id": run_id} if run.info.status == "RUNNING" else None
 
 
 def _signal_all(pids: list, sig: int) -> None:
@@ -271,31 +295,36 @@ def _signal_all(pids: list, sig: int) -> None:
             pass
 
 
-def _kill_during_a_trial(cmd, project: Path, env: dict, done: int, timeout: float = 900) -> int:
-    """Start the tuner; once `done` trials finished and a later one is training, SIGKILL the tuner (only: its
-    trial must die with it) and return that trial's number. The trial's process is frozen (SIGSTOP) and seen
-    still RUNNING in the study before the kill, so a tiny trial cannot end between the check and the kill."""
+def _kill_during_a_trial(cmd, project: Path, env: dict, done: int, timeout: float = 900) -> dict:
+    """Start the tuner; once `done` trials finished and a later one has opened its MLflow run, SIGKILL the tuner
+    (only: its trial must die with it) and return that run's tags (with its run_id). Cheap checks every 20 ms
+    (a trial process, the run file the tuner removes before each trial); then the trial's process is frozen
+    (SIGSTOP) and its run seen RUNNING before the kill, so a tiny trial cannot end between check and kill."""
     proc = subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout
+    while _done(project) < done:
+        assert proc.poll() is None, f"the tuner ended ({proc.returncode}) before {done} trials"
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
     while True:
         assert proc.poll() is None, (
             f"the tuner ended ({proc.returncode}) before a trial after {done} was caught"
         )
         assert time.monotonic() < deadline
-        number = _training_trial(project) if _done(project) >= done else None
-        frozen = _trial_processes(project) if number is not None else []
+        frozen = _trial_processes(project) if (project / "run.json").exists() else []
         _signal_all(frozen, signal.SIGSTOP)
-        if frozen and _trial_processes(project) == frozen and _training_trial(project) == number:
-            break  # alive (an exited trial has no command line left), its trial and run still RUNNING
+        run = _running_run(project) if frozen and _trial_processes(project) == frozen else None
+        if run is not None:
+            break  # alive (an exited trial has no command line left) and its run still RUNNING
         _signal_all(frozen, signal.SIGCONT)
-        time.sleep(0.2)
+        time.sleep(0.02)
     deadline = time.monotonic()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
     while _trial_processes(project):  # the trial dies with its tuner (PR_SET_PDEATHSIG), frozen or not
         assert time.monotonic() < deadline + 20, "the trial outlived its SIGKILLed tuner"
         time.sleep(0.5)
-    return number
+    return run
 
 
 def _trial_processes(project: Path) -> list:
@@ -316,7 +345,7 @@ def test_study_prunes_resumes_after_kill_and_best_reruns(tmp_path, image_dir, te
 
     project, env = _make_project(tmp_path, image_dir, text_dir)
     cmd = [sys.executable, "-m", "pipeline.tune", "smoke", *[o for o in TINY if o != "experiment=smoke"]]
-    killed_number = _kill_during_a_trial(cmd, project, env, done=2)
+    killed_run = _kill_during_a_trial(cmd, project, env, done=2)
     _run(cmd, project, env, timeout=1800)  # the restarted tuner continues the same study
 
     study = _study(project)
@@ -326,11 +355,11 @@ def test_study_prunes_resumes_after_kill_and_best_reruns(tmp_path, image_dir, te
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     parent = client.get_run(study.user_attrs["mlflow_parent_run_id"])
     assert parent.info.status == "FINISHED" and parent.data.metrics["best_val_loss"] == study.best_value
-    killed = study.trials[killed_number]  # training when the tuner was killed: FAILED in the study and MLflow
-    assert (
-        killed.state.name == "FAIL"
-        and client.get_run(killed.user_attrs["mlflow_run_id"]).info.status == "FAILED"
-    )
+    # the trial whose run was open when the tuner was killed (maybe before it named the run to the study: the
+    # run's tune.trial tag, set when it opens, says which): FAIL in the study, FAILED in MLflow
+    killed = study.trials[int(killed_run["tune.trial"])]
+    assert killed.number >= 2 and killed.state.name == "FAIL", states
+    assert client.get_run(killed_run["run_id"]).info.status == "FAILED"
     for trial in study.trials:
         if trial.state.name not in ("COMPLETE", "PRUNED"):
             continue

@@ -91,14 +91,16 @@ def _run_exists(client: MlflowClient, run_id: str) -> bool:
 
 
 PARENT_RUN_ENV = "TFPIPE_PARENT_RUN_ID"  # set by `pipeline.sweep`: the sweep's parent run
+TUNE_TRIAL_ENV = "TFPIPE_TUNE_TRIAL_NUMBER"  # set by `pipeline.tune`: the trial this run is (tag tune.trial)
 
 
 def context_tags() -> dict:
-    """Where this run sits: its sweep's parent run (MLflow nests it under the parent in the UI) and,
-    inside `dvc exp run`, the DVC experiment name and baseline commit."""
+    """Where this run sits: its sweep's parent run (MLflow nests it under the parent in the UI), the tuning
+    trial it is and, inside `dvc exp run`, the DVC experiment name and baseline commit."""
     tags = {}
     for tag, env in (
         ("mlflow.parentRunId", PARENT_RUN_ENV),
+        ("tune.trial", TUNE_TRIAL_ENV),
         ("dvc.exp_name", "DVC_EXP_NAME"),
         ("dvc.exp_baseline", "DVC_EXP_BASELINE_REV"),
     ):

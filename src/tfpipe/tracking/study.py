@@ -66,3 +66,14 @@ def record_best(parent: ParentRun, metrics: dict, tags: dict, overrides: list, p
 def end_if_running(parent: ParentRun, run_id: str, status: str) -> None:
     if parent.client.get_run(run_id).info.status == "RUNNING":
         parent.client.set_terminated(run_id, status)
+
+
+def running_trial_runs(parent: ParentRun, numbers: set) -> list:
+    """Ids of the parent's child runs still RUNNING that are the tuning trials `numbers` (tag tune.trial,
+    set when the run opens: found even when the trial died before it named its run to the study)."""
+    experiment = parent.client.get_run(parent.run_id).info.experiment_id
+    runs = parent.client.search_runs(
+        [experiment],
+        filter_string=f"tags.mlflow.parentRunId = '{parent.run_id}' and attributes.status = 'RUNNING'",
+    )
+    return [r.info.run_id for r in runs if r.data.tags.get("tune.trial") in {str(n) for n in numbers}]

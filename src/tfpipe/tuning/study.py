@@ -145,6 +145,7 @@ class Objective:
 
     def _run(self, trial, overrides: list) -> int:
         from tfpipe.launcher import LAUNCHER_PID_ENV, die_with_launcher
+        from tfpipe.tracking.opening import TUNE_TRIAL_ENV
 
         for stale in (self.root / self.cfg.tracking.run_file, self.root / "metrics" / "train.json"):
             stale.unlink(missing_ok=True)  # so a crashed trial is never read as the previous one
@@ -152,6 +153,7 @@ class Objective:
         run_file = str(self.root / self.cfg.tracking.run_file)
         info.update(metric=self.spec.metric, pruner=self.spec.pruner, run_file=run_file)
         env = {**environ_snapshot(), TRIAL_ENV: json.dumps(info)}  # safe while MLflow's threads run
+        env[TUNE_TRIAL_ENV] = str(trial.number)  # the run's tune.trial tag, from the moment it opens
         log.info("trial %d: %s", trial.number, " ".join(overrides))
         cmd = [sys.executable, "-m", "pipeline.run_all", *overrides]
         # the trial dies with the tuner (kill -9 included), as the launcher's tasks do; die_with_launcher
@@ -172,11 +174,15 @@ class Objective:
         """The MLflow runs of trials a dead tuner left RUNNING (FAIL in the study by now) end FAILED too."""
         from optuna.trial import TrialState
 
-        from tfpipe.tracking.study import end_if_running
+        from tfpipe.tracking.study import end_if_running, running_trial_runs
 
-        for trial in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+        for trial in failed:
             if trial.user_attrs.get("mlflow_run_id"):
                 end_if_running(self.parent, trial.user_attrs["mlflow_run_id"], "FAILED")
+        unnamed = {t.number for t in failed if not t.user_attrs.get("mlflow_run_id")}
+        for run_id in running_trial_runs(self.parent, unnamed) if unnamed else []:
+            end_if_running(self.parent, run_id, "FAILED")  # killed before it named its run to the study
 
     def _tag(self, run_id, tags: dict) -> None:
         from tfpipe.tracking.study import tag_run
