@@ -141,7 +141,7 @@ BAD_OVERRIDES = [
         [
             "experiment='huge'",
             "config group 'experiment'",
-            "allowed: cifar10, cifar10_fast, imdb, imdb_fast, smoke",
+            "allowed: cifar10, cifar10_fast, imdb, imdb_fast, imdb_nblr, smoke",
         ],
     ),
     (["dataset=imdb", "model=cnn"], ["model.name='cnn'", "dataset 'imdb' is text", "allowed: embedding_gap"]),
