@@ -15,7 +15,7 @@ from __future__ import annotations
 import keras
 from keras import layers
 
-from tfpipe.models.text import NB_SMOOTHING, DistinctIds, _ngram_input
+from tfpipe.models.text import NB_SMOOTHING, DistinctIds, _ngram_input, nb_ratio_table
 
 
 class FeatureIndex(layers.Layer):
@@ -86,14 +86,7 @@ def build_nblr(cfg, num_classes: int, vocab_size: int) -> keras.Model:
         dtype="float32",
         name="weights",
     )(ids)
-    r = layers.Embedding(
-        rows,
-        num_classes,
-        embeddings_initializer="zeros",
-        trainable=False,
-        dtype="float32",
-        name="nb_ratios",
-    )(ids)
+    r = nb_ratio_table(rows, num_classes)(ids)
     logits = NBScaledLogits(dtype="float32", name="logits")(u, r, ids)
     outputs = layers.Activation("softmax", dtype="float32", name="probabilities")(logits)
     return keras.Model(inputs, outputs, name="nblr")

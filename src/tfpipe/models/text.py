@@ -191,17 +191,17 @@ def build_nbsvm(cfg, num_classes: int, vocab_size: int) -> keras.Model:
         dtype="float32",
         name="weights",
     )(ids)
-    r = layers.Embedding(
-        table_size,
-        num_classes,
-        embeddings_initializer="zeros",
-        trainable=False,
-        dtype="float32",
-        name="nb_ratios",
-    )(ids)
+    r = nb_ratio_table(table_size, num_classes)(ids)
     logits = NBLogits(dtype="float32", name="logits")(w, r, ids)
     outputs = layers.Activation("softmax", dtype="float32", name="probabilities")(logits)
     return keras.Model(inputs, outputs, name="nbsvm")
+
+
+def nb_ratio_table(rows: int, num_classes: int):
+    """The frozen table of naive Bayes log-count ratios (one row per feature; set before training)."""
+    return layers.Embedding(
+        rows, num_classes, embeddings_initializer="zeros", trainable=False, dtype="float32", name="nb_ratios"
+    )
 
 
 def fit_nb_ratios(model: keras.Model, batches, num_classes: int, min_documents: int = 1) -> dict:
