@@ -15,7 +15,7 @@ from __future__ import annotations
 import keras
 from keras import layers
 
-from tfpipe.models.text import NB_SMOOTHING, DistinctIds, _ngram_input, nb_ratio_table
+from tfpipe.models.text import NB_SMOOTHING, DistinctIds, _ngram_input, class_feature_ids, nb_ratio_table
 
 
 class FeatureIndex(layers.Layer):
@@ -123,17 +123,7 @@ def _document_counts(model: keras.Model, batches, num_classes: int):
     each, number of documents) over (token ids, labels) batches, from the model's "distinct" layer."""
     import numpy as np
 
-    features = keras.Model(model.inputs, model.get_layer("distinct").output)
-    per_class = [[] for _ in range(num_classes)]
-    documents = 0
-    for tokens, labels in batches:
-        rows = np.asarray(features(tokens, training=False))
-        labels = np.asarray(labels)
-        documents += len(labels)
-        for c in range(num_classes):
-            chunk = rows[labels == c]
-            per_class[c].append(chunk[chunk > 0])
-    class_ids = [np.concatenate(c) if c else np.zeros(0, np.int64) for c in per_class]
+    class_ids, documents = class_feature_ids(model, batches, num_classes)
     ids = np.unique(np.concatenate(class_ids))
     counts = np.zeros((num_classes, len(ids)))
     for c, values in enumerate(class_ids):

@@ -223,13 +223,13 @@ def fit_nb_ratios(model: keras.Model, batches, num_classes: int, min_documents: 
     }
 
 
-def class_document_counts(model: keras.Model, batches, num_classes: int, size: int):
-    """([classes, size] float64 counts of the documents of each class holding each feature id (< size) of
-    the model's "distinct" layer (padding 0 not counted), number of documents) over (token ids, labels) batches."""
+def class_feature_ids(model: keras.Model, batches, num_classes: int) -> tuple:
+    """(per class: the feature ids of the model's "distinct" layer in each of its documents, concatenated,
+    padding 0 left out; number of documents) over (token ids, labels) batches."""
     import numpy as np
 
     features = keras.Model(model.inputs, model.get_layer("distinct").output)
-    per_class = [[] for _ in range(num_classes)]  # distinct ids of each class's documents
+    per_class = [[] for _ in range(num_classes)]
     documents = 0
     for tokens, labels in batches:
         ids = np.asarray(features(tokens, training=False))
@@ -238,12 +238,16 @@ def class_document_counts(model: keras.Model, batches, num_classes: int, size: i
         for c in range(num_classes):
             rows = ids[labels == c]
             per_class[c].append(rows[rows > 0])
-    counts = np.stack(
-        [
-            np.bincount(np.concatenate(chunks) if chunks else np.zeros(0, np.int64), minlength=size)[:size]
-            for chunks in per_class
-        ]
-    ).astype(np.float64)
+    return [np.concatenate(c) if c else np.zeros(0, np.int64) for c in per_class], documents
+
+
+def class_document_counts(model: keras.Model, batches, num_classes: int, size: int):
+    """([classes, size] float64 counts of the documents of each class holding each feature id (< size) of
+    the model's "distinct" layer (padding 0 not counted), number of documents) over (token ids, labels) batches."""
+    import numpy as np
+
+    per_class, documents = class_feature_ids(model, batches, num_classes)
+    counts = np.stack([np.bincount(ids, minlength=size)[:size] for ids in per_class]).astype(np.float64)
     counts[:, 0] = 0.0  # padding is not a feature
     return counts, documents
 
