@@ -49,7 +49,10 @@ def _report_rows(ra, rb) -> list:
 
 
 def compare(run_a: str, run_b: str, uri: str) -> list:
-    return compare_runs(_load(run_a, uri), _load(run_b, uri))
+    from tfpipe.tracking import reading
+
+    runs = [{**_load(r, uri), "data_report": reading.load_data_report(uri, r)} for r in (run_a, run_b)]
+    return compare_runs(*runs)
 
 
 def format_compare(rows, a: str, b: str) -> str:

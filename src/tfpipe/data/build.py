@@ -39,9 +39,8 @@ def prepare(cfg, *, progress: bool = True) -> dict:
     output_dir = Path(os.path.abspath(cfg.data.output_dir))
     from tfpipe.data import drift
 
-    reference = drift.load_reference(
-        cfg
-    )  # a missing or foreign reference report stops us before anything is read
+    # a missing or foreign reference report stops us before anything is read
+    reference = drift.load_reference(cfg)
     source = _open_source(cfg)  # cheap layout checks / builder setup happen here, before any writing
     _remove_stale_temps(output_dir)
     in_place = output_dir.is_symlink() or os.path.ismount(output_dir)  # neither can be renamed away
@@ -53,9 +52,7 @@ def prepare(cfg, *, progress: bool = True) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if cfg.data.validation.report:
-        drift.pin_first(
-            cfg, reference, output_dir
-        )  # reference=auto, first prepare: this report is the reference
+        drift.pin_first(cfg, reference, output_dir)  # reference=auto, first prepare: it is the reference
     return manifest
 
 

@@ -3,7 +3,8 @@
 `load_run(uri, run_id)` returns a plain dict (no mlflow objects leave this package):
     {"run_id", "run_name", "status", "tracking_uri", "params": {..}, "tags": {..}, "metrics": {..},
      "config": dict|None (config/resolved.yaml), "provenance": dict|None (provenance/provenance.json),
-     "dvc_lock": str|None (provenance/dvc.lock), "data_report": dict|None (data/report.json)}
+     "dvc_lock": str|None (provenance/dvc.lock)}
+`load_data_report(uri, run_id)`: the run's data/report.json as a dict, or None (only `compare` needs it).
 An unknown run id or an unreachable store raises TrackingError (one line).
 """
 
@@ -44,7 +45,9 @@ def _artifact_text(client: MlflowClient, run_id: str, path: str) -> Optional[str
         return p.read_text(encoding="utf-8") if p.is_file() else None
 
 
-def _json_or_none(text: Optional[str]):
+def load_data_report(uri: str, run_id: str) -> Optional[dict]:
+    """The data report the run logged (data/report.json), or None when it has none or it is unreadable."""
+    text = _artifact_text(_client(uri), run_id, DATA_REPORT_ARTIFACT)
     try:
         return json.loads(text) if text else None
     except json.JSONDecodeError:
@@ -63,7 +66,6 @@ def load_run(uri: str, run_id: str) -> dict:
         ) from None
     config_text = _artifact_text(client, run_id, CONFIG_ARTIFACT)
     prov_text = _artifact_text(client, run_id, PROVENANCE_ARTIFACT)
-    report_text = _artifact_text(client, run_id, DATA_REPORT_ARTIFACT)
     return {
         "run_id": run.info.run_id,
         "run_name": run.info.run_name,
@@ -77,7 +79,6 @@ def load_run(uri: str, run_id: str) -> dict:
         "dvc_lock": _artifact_text(client, run_id, DVC_LOCK_ARTIFACT),
         "git_diff": _artifact_text(client, run_id, "provenance/git_diff.patch"),
         "pip_freeze": _artifact_text(client, run_id, "provenance/pip_freeze.txt"),
-        "data_report": _json_or_none(report_text),
     }
 
 
