@@ -128,7 +128,7 @@ BAD_OVERRIDES = [
         [
             "model='resnet50'",
             "config group 'model'",
-            "allowed: cnn, efficientnet_b0, embedding_gap, mobilenet_v3_small",
+            "allowed: airbench, cnn, efficientnet_b0, embedding_gap, mobilenet_v3_small",
         ],
     ),
     (["strategy=tpu_pod"], ["strategy='tpu_pod'", "did you mean 'tpu'", "allowed: auto, central_storage"]),
@@ -141,7 +141,7 @@ BAD_OVERRIDES = [
         [
             "experiment='huge'",
             "config group 'experiment'",
-            "allowed: cifar10, cifar10_fast, imdb, imdb_fast, imdb_nblr, smoke",
+            "allowed: cifar10, cifar10_airbench, cifar10_fast, imdb, imdb_fast, imdb_nblr, smoke",
         ],
     ),
     (["dataset=imdb", "model=cnn"], ["model.name='cnn'", "dataset 'imdb' is text", "allowed: embedding_gap"]),
@@ -465,7 +465,7 @@ def test_real_cli_refuses_a_bad_override_fast():
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         "train: error: train.optimizer.lr=0.1: unknown config key (did you mean 'train.optimizer.learning_rate'?); "
-        "allowed keys under 'train.optimizer': name, learning_rate, weight_decay, momentum, nesterov"
+        "allowed keys under 'train.optimizer': name, learning_rate, weight_decay, momentum, nesterov, ema_momentum"
     ]
     assert elapsed < 20  # python + Hydra start-up; no TensorFlow is imported
 

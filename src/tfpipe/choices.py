@@ -15,7 +15,7 @@ DATASET_NAME_RULE = (
 )
 MODALITIES = ("image", "text")
 BACKBONES = ("mobilenet_v3_small", "efficientnet_b0")  # keras.applications networks under our classifier head
-IMAGE_MODELS = ("cnn", "resnet", *BACKBONES)
+IMAGE_MODELS = ("cnn", "resnet", "airbench", *BACKBONES)
 PRETRAINED = ("imagenet",)  # model.pretrained of a backbone (null: random initialisation)
 TEXT_MODELS = ("embedding_gap", "ngram_bag", "nbsvm", "nblr")
 MODELS = IMAGE_MODELS + TEXT_MODELS

@@ -63,6 +63,7 @@ class ModelConfig:
             )
         if self.name in (
             "resnet",
+            "airbench",
             "ngram_bag",
             "nbsvm",
             "nblr",
@@ -75,9 +76,9 @@ class ModelConfig:
             raise ConfigError(f"model.dropout={self.dropout!r}: must be in [0, 1)")
 
 
-def _filters(values) -> None:
+def _filters(values, key: str = "model.filters") -> None:
     if not values or min(values) <= 0:
-        raise ConfigError(f"model.filters={values!r}: expected a non-empty list of positive integers")
+        raise ConfigError(f"{key}={values!r}: expected a non-empty list of positive integers")
 
 
 @dataclass
@@ -177,6 +178,9 @@ MODEL_SCHEMAS = {
 from tfpipe.config.backbone_schema import BackboneConfig  # noqa: E402 - subclasses ModelConfig above
 
 MODEL_SCHEMAS.update(dict.fromkeys(choices.BACKBONES, BackboneConfig))
+from tfpipe.config.airbench_schema import AirbenchConfig  # noqa: E402 - subclasses ModelConfig above
+
+MODEL_SCHEMAS["airbench"] = AirbenchConfig
 
 
 @dataclass

@@ -17,12 +17,19 @@ class OptimizerConfig:
     weight_decay: float = 0.0
     momentum: float = 0.9
     nesterov: bool = False  # sgd only
+    ema_momentum: float = (
+        0.0  # > 0: the run ends on an exponential moving average of the weights (Keras use_ema)
+    )
 
     def check(self) -> None:
         choice("train.optimizer.name", self.name, choices.OPTIMIZERS)
         positive("train.optimizer.learning_rate", self.learning_rate)
         non_negative("train.optimizer.weight_decay", self.weight_decay)
         non_negative("train.optimizer.momentum", self.momentum)
+        if not 0.0 <= self.ema_momentum < 1.0:
+            raise ConfigError(
+                f"train.optimizer.ema_momentum={self.ema_momentum!r}: must be in [0, 1) (0: off)"
+            )
 
 
 @dataclass

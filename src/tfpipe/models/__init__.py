@@ -10,6 +10,7 @@ from typing import Callable, Dict, Optional
 
 import keras
 
+from tfpipe.models.airbench import build_airbench, fit_whitening
 from tfpipe.models.backbones import APPLICATIONS, build_backbone
 from tfpipe.models.export import export_saved_model, load_class_names
 from tfpipe.models.image import build_cnn, build_resnet
@@ -39,6 +40,7 @@ MODEL_BUILDERS: Dict[str, Callable[..., keras.Model]] = {
         cfg, num_classes, vocab_size
     ),
     "resnet": lambda cfg, num_classes, vocab_size, norm: build_resnet(cfg, num_classes, norm),
+    "airbench": lambda cfg, num_classes, vocab_size, norm: build_airbench(cfg, num_classes, norm),
     "ngram_bag": lambda cfg, num_classes, vocab_size, norm: build_ngram_bag(cfg, num_classes, vocab_size),
     "nbsvm": lambda cfg, num_classes, vocab_size, norm: build_nbsvm(cfg, num_classes, vocab_size),
     "nblr": lambda cfg, num_classes, vocab_size, norm: build_nblr(cfg, num_classes, vocab_size),
@@ -50,11 +52,13 @@ MODEL_BUILDERS: Dict[str, Callable[..., keras.Model]] = {
 
 def fit_to_train_split(model: keras.Model, model_cfg, batches, num_classes: int) -> Optional[dict]:
     """Set the parameters a model computes from the train split before training (nbsvm: its naive Bayes
-    ratios, nblr's too); None for models that have none. `batches`: (model input, labels) over the whole split."""
+    ratios, nblr's too; airbench's whitening kernel); None for models that have none. `batches`: (model input, labels) over the whole split."""
     if model_cfg.name == "nblr":
         return fit_nblr(
             model, batches, num_classes, int(model_cfg.min_documents), int(model_cfg.max_features)
         )
+    if model_cfg.name == "airbench":
+        return fit_whitening(model, batches, int(model_cfg.whitening_examples))
     if model_cfg.name == "nbsvm":
         return fit_nb_ratios(model, batches, num_classes, min_documents=int(model_cfg.min_documents))
     return None
@@ -65,7 +69,7 @@ def build_model(
 ) -> keras.Model:
     """cfg.model.name -> a keras.Model on the training input (uint8 images / int token ids),
     built under the current dtype policy and (if any) the current strategy scope. `normalization`: the
-    manifest's per-channel {"mean", "std"} of the train split (resnet normalises with it)."""
+    manifest's per-channel {"mean", "std"} of the train split (resnet and airbench normalise with it)."""
     builder = MODEL_BUILDERS.get(cfg.model.name)
     if builder is None:
         raise ValueError(

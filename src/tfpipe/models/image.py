@@ -34,12 +34,13 @@ def build_cnn(cfg, num_classes: int) -> keras.Model:
 
 
 class RandomFlipCrop(layers.Layer):
-    """Training-only augmentation on uint8 images: a random horizontal flip and a random crop of the
-    image reflect-padded by `pad` pixels (per example). Identity at inference, so serving is unchanged."""
+    """Training-only augmentation on uint8 images: a random horizontal flip (unless flip=False) and a random crop
+    of the image reflect-padded by `pad` pixels (per example). Identity at inference, so serving is unchanged."""
 
-    def __init__(self, pad: int = 4, seed=None, **kwargs):
+    def __init__(self, pad: int = 4, seed=None, flip: bool = True, **kwargs):
         super().__init__(autocast=False, **kwargs)
         self.pad = int(pad)
+        self.flip = bool(flip)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
 
@@ -58,6 +59,8 @@ class RandomFlipCrop(layers.Layer):
             rows = oy[:, None] + tf.range(height)[None, :]
             cols = ox[:, None] + tf.range(width)[None, :]
             images = tf.gather(tf.gather(padded, rows, axis=1, batch_dims=1), cols, axis=2, batch_dims=1)
+        if not self.flip:
+            return images
         flip = keras.random.uniform((batch, 1, 1, 1), seed=self.seed_generator) < 0.5
         return tf.where(flip, tf.reverse(images, axis=[2]), images)
 
@@ -65,7 +68,7 @@ class RandomFlipCrop(layers.Layer):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "pad": self.pad, "seed": self.seed}
+        return {**super().get_config(), "pad": self.pad, "seed": self.seed, "flip": self.flip}
 
 
 class FlipTTAExpand(layers.Layer):

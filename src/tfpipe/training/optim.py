@@ -64,13 +64,19 @@ def make_optimizer(train_cfg, learning_rate, policy: str = "float32") -> keras.o
     LossScaleOptimizer for mixed_float16. Create it under strategy.scope()."""
     opt = train_cfg.optimizer
     wd = opt.weight_decay or None
+    # The moving average of the weights (train.optimizer.ema_momentum), copied into them by finalize_weights.
+    ema = dict(use_ema=True, ema_momentum=float(opt.ema_momentum)) if opt.ema_momentum else {}
     if opt.name == "adam":
-        optimizer = keras.optimizers.Adam(learning_rate=learning_rate, weight_decay=wd)
+        optimizer = keras.optimizers.Adam(learning_rate=learning_rate, weight_decay=wd, **ema)
     elif opt.name == "adamw":
-        optimizer = keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=opt.weight_decay)
+        optimizer = keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=opt.weight_decay, **ema)
     elif opt.name == "sgd":
         optimizer = keras.optimizers.SGD(
-            learning_rate=learning_rate, momentum=opt.momentum, weight_decay=wd, nesterov=bool(opt.nesterov)
+            learning_rate=learning_rate,
+            momentum=opt.momentum,
+            weight_decay=wd,
+            nesterov=bool(opt.nesterov),
+            **ema,
         )
     else:
         raise ValueError(f"train.optimizer.name={opt.name!r}: valid names: adam, adamw, sgd")

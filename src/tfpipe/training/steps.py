@@ -156,5 +156,12 @@ class Steps:
         self.epoch.assign(epoch)
         self.epoch_step.assign(epoch_step)
 
+    def finalize_weights(self) -> None:
+        """With train.optimizer.ema_momentum: the weights become their moving average (after the loop, before
+        the export; the checkpoints keep the trained weights and the average apart, so a resume continues both)."""
+        optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        if optimizer.use_ema:
+            optimizer.finalize_variable_values(self.model.trainable_variables)
+
     def counters(self) -> tuple[int, int, int]:
         return int(self.step.numpy()), int(self.epoch.numpy()), int(self.epoch_step.numpy())

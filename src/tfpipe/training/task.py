@@ -64,10 +64,10 @@ def read_input_spec(cfg, manifest: dict, prepared_dir: Path) -> InputSpec:
     if modality == "image":
         spec.image_shape = _image_shape(cfg, manifest, prepared_dir)
         spec.normalization = manifest.get("normalization")
-        if cfg.model.name == "resnet" and not spec.normalization:
+        if cfg.model.name in ("resnet", "airbench") and not spec.normalization:
             raise DataError(
                 f"{prepared_dir}: the manifest has no normalisation statistics (prepared by an older tfpipe), "
-                "which model resnet needs; run prepare again"
+                f"which model {cfg.model.name} needs; run prepare again"
             )
     else:
         _read_text_spec(cfg, manifest, prepared_dir, spec)

@@ -135,6 +135,7 @@ def _train(
         1 if tc.profile_steps else tc.steps_per_execution,
     )
     done = Loop(runner, steps, hooks, schedule).fit(start_epoch, start_epoch_step, step)
+    steps.finalize_weights()
     history = workdir.history
     final = _final_metrics(history, runner)
     task.export(steps.model, workdir.export_dir)
