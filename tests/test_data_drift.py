@@ -1,6 +1,7 @@
 """Drift against a reference data report (issue 21, item 3): a policy per check, the class-share distance
-(L-infinity or Jensen-Shannon), image statistics, and `reference=auto` (the first prepared version, pinned).
-Tiny real-shaped image trees with planted drift; each planted change is found, and nothing else is."""
+(L-infinity or Jensen-Shannon), image statistics, text lengths, and `reference=auto` (the first prepared
+version, pinned). Tiny real-shaped image and text trees with planted drift; each planted change is found,
+and nothing else is."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import prepare_tree, write_image_tree
+from conftest import prepare_tree, write_image_tree, write_text_tree
 from test_data_report import VAL, _argv, _cli, _pixels, _save, _with_val
 
 from tfpipe.data import drift
@@ -35,6 +36,20 @@ def trees(tmp_path_factory):
             path.unlink()
     reference = prepare_tree(clean, base / "out" / "clean", *VAL).prepared_dir / REPORT_FILE
     return clean, skewed, brighter, reference
+
+
+@pytest.fixture(scope="module")
+def texts(tmp_path_factory):
+    """(clean reviews, longer: every test review three times over, clean's report)."""
+    base = tmp_path_factory.mktemp("drift_texts")
+    clean = _with_val(write_text_tree(base / "clean", train_per_class=12, test_per_class=6))
+    longer = base / "longer"
+    shutil.copytree(clean, longer)
+    for path in sorted((longer / "test").glob("*/*.txt")):  # the same words 3x: shares and OOV rate stay
+        text = path.read_text(encoding="utf-8")
+        path.write_text(" ".join([text] * 3), encoding="utf-8")
+    reference = prepare_tree(clean, base / "out", "dataset=imdb", *VAL).prepared_dir / REPORT_FILE
+    return clean, longer, reference
 
 
 def _anomalies(tree: Path, out: Path, *overrides: str) -> list:
@@ -96,6 +111,9 @@ def test_image_statistics_moved_are_found_per_channel_and_nothing_else(capsys, t
             "inside data.output_dir",
         ),
         ("data.validation.max_pixel_shift=300", "data.validation.max_pixel_shift=300.0: must be in (0, 255]"),
+        ("data.validation.max_length_shift=0", "data.validation.max_length_shift=0.0: must be in (0, 10]"),
+        ("data.validation.max_length_shift=11", "data.validation.max_length_shift=11.0: must be in (0, 10]"),
+        ("data.validation.drift={text_lenght:fail}", "unknown drift check (did you mean 'text_length'?)"),
     ],
 )
 def test_an_unknown_check_policy_or_distance_is_refused_before_anything_is_read(
@@ -112,8 +130,55 @@ def test_an_unknown_check_names_the_allowed_ones(capsys, tmp_path):
         capsys, _argv(tmp_path / "nothing", tmp_path / "out", "data.validation.drift={clases:fail}")
     )
     assert lines[0].endswith(
-        "(did you mean 'classes'?); allowed: classes, class_share, oov, image_modes, image_stats"
+        "(did you mean 'classes'?); allowed: classes, class_share, oov, text_length, image_modes, image_stats"
     ), lines
+
+
+# ----------------------------------------------------------------------------- text lengths
+
+
+def test_a_text_length_jump_is_found_per_statistic_and_nothing_else(texts, tmp_path):
+    clean, longer, reference = texts
+    ref, imdb = f"data.validation.reference={reference}", "dataset=imdb"
+    found = _anomalies(longer, tmp_path / "a", imdb, ref)
+    old, new = (load_report(p)["splits"]["test"]["tokens"] for p in (reference.parent, tmp_path / "a"))
+    assert found == [
+        f"test: tokens.{stat}: reference {old[stat]:.1f}, now {new[stat]:.1f}" for stat in ("median", "p95")
+    ]
+    assert new["median"] >= 3 * old["median"] - 1  # the planted jump, not noise
+    assert _anomalies(clean, tmp_path / "b", imdb, ref) == []  # unchanged lengths
+    assert _anomalies(longer, tmp_path / "c", imdb, ref, "data.validation.max_length_shift=3") == []
+
+
+def test_text_length_fail_stops_prepare_in_one_line_and_writes_nothing(capsys, texts, tmp_path):
+    _, longer, reference = texts
+    old = load_report(reference.parent)["splits"]["test"]["tokens"]["median"]
+    argv = _argv(
+        longer,
+        tmp_path / "out",
+        "dataset=imdb",
+        f"data.validation.reference={reference}",
+        "data.validation.drift={text_length:fail}",
+    )
+    code, lines = _cli(capsys, argv)
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(
+        f"prepare: error: data.validation.drift.text_length=fail: test: tokens.median: reference {old:.1f}, now "
+    ), lines
+    assert lines[0].endswith(" (and 1 more); or set data.validation.drift.text_length=warn"), lines
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob("out.*"))
+
+
+def test_image_sizes_are_no_text_length_drift(trees):
+    """Images have no token lengths: source images five times as wide and high are not a text_length line."""
+    from omegaconf import OmegaConf
+
+    reference = load_report(trees[3].parent)
+    wider = load_report(trees[3].parent)
+    for entry in wider["splits"].values():
+        for key in ("width", "height"):
+            entry["source_images"][key] = {k: v * 5 for k, v in entry["source_images"][key].items()}
+    assert drift.compare(reference, wider, OmegaConf.create({"max_length_shift": 0.01})) == []
 
 
 # ----------------------------------------------------------------------------- Jensen-Shannon
