@@ -244,28 +244,38 @@ class _Run:
             self.client.set_tag(self.run_id, key, str(value))
 
 
-def test_compare_lists_the_data_report_differences_of_two_runs(trees, tmp_path):
-    import os
-    import subprocess
-    import sys
-
+@pytest.fixture(scope="module")
+def logged_runs(trees, tmp_path_factory):
+    """A real SQLite MLflow store whose run A logged the clean report, B the skewed one and C none:
+    (uri, run A, run B, run C) as run ids."""
     import mlflow
-    from conftest import ROOT
 
     from tfpipe.stages import _log_data_report
 
     _, skewed, _, reference = trees
-    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    base = tmp_path_factory.mktemp("runs")
+    uri = f"sqlite:///{base / 'store.db'}"
     client = mlflow.MlflowClient(uri)
-    experiment = client.create_experiment("e", artifact_location=(tmp_path / "art").as_uri())
+    experiment = client.create_experiment("e", artifact_location=(base / "art").as_uri())
     run_a, run_b, run_c = (_Run(client, experiment) for _ in range(3))
     _log_data_report(run_a, reference.parent)
-    _log_data_report(run_b, prepare_tree(skewed, tmp_path / "skewed", *VAL).prepared_dir)
+    _log_data_report(run_b, prepare_tree(skewed, base / "skewed", *VAL).prepared_dir)
+    return uri, run_a.run_id, run_b.run_id, run_c.run_id
+
+
+def test_compare_lists_the_data_report_differences_of_two_runs(logged_runs, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    uri, run_a, run_b, run_c = logged_runs
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
 
     def compare(a, b):
-        cmd = [sys.executable, "-m", "pipeline.compare", a.run_id, b.run_id, "--tracking-uri", uri]
+        cmd = [sys.executable, "-m", "pipeline.compare", a, b, "--tracking-uri", uri]
         proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         return proc.returncode, [line.split() for line in proc.stdout.splitlines()[1:]]
 
@@ -282,3 +292,36 @@ def test_compare_lists_the_data_report_differences_of_two_runs(trees, tmp_path):
     assert compare(run_a, run_a)[0] == 0
     code, rows = compare(run_a, run_c)  # run C logged no report
     assert ["data", "report", "report.json", "logged"] in rows, rows
+
+
+# ----------------------------------------------------------------------------- pipeline.audit RUN --against
+
+
+def test_audit_against_lists_the_data_report_rows_compare_lists(capsys, logged_runs, tmp_path, monkeypatch):
+    from tfpipe.audit_cli import audit_main, compare_main
+
+    uri, run_a, run_b, run_c = logged_runs
+    monkeypatch.chdir(tmp_path)  # no params.yaml, no git: the check's items are n/a, the audit passes
+
+    def cli(main, *argv):
+        capsys.readouterr()
+        code = main([*argv, "--tracking-uri", uri])
+        out, err = capsys.readouterr()
+        return code, out.splitlines(), err.splitlines()
+
+    code, out, _ = cli(audit_main, run_a, "--against", run_b)
+    section = out[out.index(f"data report against run {run_b}:") + 1 :]
+    rows = [line.split() for line in section if line.startswith("data report")]
+    compared = [line.split() for line in cli(compare_main, run_a, run_b)[1] if line.startswith("data report")]
+    assert rows == compared and rows[0] == ["data", "report", "test.num_examples", "9", "7"], out
+    assert code == 0 and out[-1] == "ALL MATCH", out  # the data report informs; the check decides
+    code, out, _ = cli(audit_main, run_a, "--against", run_a)
+    assert f"data report against run {run_a}: the same figures" in out and code == 0, out
+    out = cli(audit_main, run_a, "--against", run_c)[1]
+    assert ["data", "report", "report.json", "logged"] in [line.split()[:4] for line in out], out
+    code, out, err = cli(audit_main, run_a, "--against", "0" * 32)
+    assert code == 2 and out == [] and len(err) == 1 and err[0].startswith(f"audit: error: run '{'0' * 32}'")
+    code, out, err = cli(audit_main, run_a, "--against", run_b, "--rerun")
+    assert code == 2 and err == [
+        "audit: error: --against works with the check, not with --rerun; drop one of them"
+    ]
