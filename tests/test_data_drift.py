@@ -1,6 +1,7 @@
 """Drift against a reference data report (issue 21, item 3): a policy per check, the class-share distance
-(L-infinity or Jensen-Shannon), image statistics, and `reference=auto` (the first prepared version, pinned).
-Tiny real-shaped image trees with planted drift; each planted change is found, and nothing else is."""
+(L-infinity or Jensen-Shannon), image statistics, text lengths, and `reference=auto` (the first prepared
+version, pinned). Tiny real-shaped image and text trees with planted drift; each planted change is found,
+and nothing else is."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import prepare_tree, write_image_tree
+from conftest import prepare_tree, write_image_tree, write_text_tree
 from test_data_report import VAL, _argv, _cli, _pixels, _save, _with_val
 
 from tfpipe.data import drift
@@ -35,6 +36,20 @@ def trees(tmp_path_factory):
             path.unlink()
     reference = prepare_tree(clean, base / "out" / "clean", *VAL).prepared_dir / REPORT_FILE
     return clean, skewed, brighter, reference
+
+
+@pytest.fixture(scope="module")
+def texts(tmp_path_factory):
+    """(clean reviews, longer: every test review three times over, clean's report)."""
+    base = tmp_path_factory.mktemp("drift_texts")
+    clean = _with_val(write_text_tree(base / "clean", train_per_class=12, test_per_class=6))
+    longer = base / "longer"
+    shutil.copytree(clean, longer)
+    for path in sorted((longer / "test").glob("*/*.txt")):  # the same words 3x: shares and OOV rate stay
+        text = path.read_text(encoding="utf-8")
+        path.write_text(" ".join([text] * 3), encoding="utf-8")
+    reference = prepare_tree(clean, base / "out", "dataset=imdb", *VAL).prepared_dir / REPORT_FILE
+    return clean, longer, reference
 
 
 def _anomalies(tree: Path, out: Path, *overrides: str) -> list:
@@ -96,6 +111,9 @@ def test_image_statistics_moved_are_found_per_channel_and_nothing_else(capsys, t
             "inside data.output_dir",
         ),
         ("data.validation.max_pixel_shift=300", "data.validation.max_pixel_shift=300.0: must be in (0, 255]"),
+        ("data.validation.max_length_shift=0", "data.validation.max_length_shift=0.0: must be in (0, 10]"),
+        ("data.validation.max_length_shift=11", "data.validation.max_length_shift=11.0: must be in (0, 10]"),
+        ("data.validation.drift={text_lenght:fail}", "unknown drift check (did you mean 'text_length'?)"),
     ],
 )
 def test_an_unknown_check_policy_or_distance_is_refused_before_anything_is_read(
@@ -112,8 +130,55 @@ def test_an_unknown_check_names_the_allowed_ones(capsys, tmp_path):
         capsys, _argv(tmp_path / "nothing", tmp_path / "out", "data.validation.drift={clases:fail}")
     )
     assert lines[0].endswith(
-        "(did you mean 'classes'?); allowed: classes, class_share, oov, image_modes, image_stats"
+        "(did you mean 'classes'?); allowed: classes, class_share, oov, text_length, image_modes, image_stats"
     ), lines
+
+
+# ----------------------------------------------------------------------------- text lengths
+
+
+def test_a_text_length_jump_is_found_per_statistic_and_nothing_else(texts, tmp_path):
+    clean, longer, reference = texts
+    ref, imdb = f"data.validation.reference={reference}", "dataset=imdb"
+    found = _anomalies(longer, tmp_path / "a", imdb, ref)
+    old, new = (load_report(p)["splits"]["test"]["tokens"] for p in (reference.parent, tmp_path / "a"))
+    assert found == [
+        f"test: tokens.{stat}: reference {old[stat]:.1f}, now {new[stat]:.1f}" for stat in ("median", "p95")
+    ]
+    assert new["median"] >= 3 * old["median"] - 1  # the planted jump, not noise
+    assert _anomalies(clean, tmp_path / "b", imdb, ref) == []  # unchanged lengths
+    assert _anomalies(longer, tmp_path / "c", imdb, ref, "data.validation.max_length_shift=3") == []
+
+
+def test_text_length_fail_stops_prepare_in_one_line_and_writes_nothing(capsys, texts, tmp_path):
+    _, longer, reference = texts
+    old = load_report(reference.parent)["splits"]["test"]["tokens"]["median"]
+    argv = _argv(
+        longer,
+        tmp_path / "out",
+        "dataset=imdb",
+        f"data.validation.reference={reference}",
+        "data.validation.drift={text_length:fail}",
+    )
+    code, lines = _cli(capsys, argv)
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(
+        f"prepare: error: data.validation.drift.text_length=fail: test: tokens.median: reference {old:.1f}, now "
+    ), lines
+    assert lines[0].endswith(" (and 1 more); or set data.validation.drift.text_length=warn"), lines
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob("out.*"))
+
+
+def test_image_sizes_are_no_text_length_drift(trees):
+    """Images have no token lengths: source images five times as wide and high are not a text_length line."""
+    from omegaconf import OmegaConf
+
+    reference = load_report(trees[3].parent)
+    wider = load_report(trees[3].parent)
+    for entry in wider["splits"].values():
+        for key in ("width", "height"):
+            entry["source_images"][key] = {k: v * 5 for k, v in entry["source_images"][key].items()}
+    assert drift.compare(reference, wider, OmegaConf.create({"max_length_shift": 0.01})) == []
 
 
 # ----------------------------------------------------------------------------- Jensen-Shannon
@@ -179,28 +244,38 @@ class _Run:
             self.client.set_tag(self.run_id, key, str(value))
 
 
-def test_compare_lists_the_data_report_differences_of_two_runs(trees, tmp_path):
-    import os
-    import subprocess
-    import sys
-
+@pytest.fixture(scope="module")
+def logged_runs(trees, tmp_path_factory):
+    """A real SQLite MLflow store whose run A logged the clean report, B the skewed one and C none:
+    (uri, run A, run B, run C) as run ids."""
     import mlflow
-    from conftest import ROOT
 
     from tfpipe.stages import _log_data_report
 
     _, skewed, _, reference = trees
-    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    base = tmp_path_factory.mktemp("runs")
+    uri = f"sqlite:///{base / 'store.db'}"
     client = mlflow.MlflowClient(uri)
-    experiment = client.create_experiment("e", artifact_location=(tmp_path / "art").as_uri())
+    experiment = client.create_experiment("e", artifact_location=(base / "art").as_uri())
     run_a, run_b, run_c = (_Run(client, experiment) for _ in range(3))
     _log_data_report(run_a, reference.parent)
-    _log_data_report(run_b, prepare_tree(skewed, tmp_path / "skewed", *VAL).prepared_dir)
+    _log_data_report(run_b, prepare_tree(skewed, base / "skewed", *VAL).prepared_dir)
+    return uri, run_a.run_id, run_b.run_id, run_c.run_id
+
+
+def test_compare_lists_the_data_report_differences_of_two_runs(logged_runs, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    uri, run_a, run_b, run_c = logged_runs
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
 
     def compare(a, b):
-        cmd = [sys.executable, "-m", "pipeline.compare", a.run_id, b.run_id, "--tracking-uri", uri]
+        cmd = [sys.executable, "-m", "pipeline.compare", a, b, "--tracking-uri", uri]
         proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         return proc.returncode, [line.split() for line in proc.stdout.splitlines()[1:]]
 
@@ -217,3 +292,36 @@ def test_compare_lists_the_data_report_differences_of_two_runs(trees, tmp_path):
     assert compare(run_a, run_a)[0] == 0
     code, rows = compare(run_a, run_c)  # run C logged no report
     assert ["data", "report", "report.json", "logged"] in rows, rows
+
+
+# ----------------------------------------------------------------------------- pipeline.audit RUN --against
+
+
+def test_audit_against_lists_the_data_report_rows_compare_lists(capsys, logged_runs, tmp_path, monkeypatch):
+    from tfpipe.audit_cli import audit_main, compare_main
+
+    uri, run_a, run_b, run_c = logged_runs
+    monkeypatch.chdir(tmp_path)  # no params.yaml, no git: the check's items are n/a, the audit passes
+
+    def cli(main, *argv):
+        capsys.readouterr()
+        code = main([*argv, "--tracking-uri", uri])
+        out, err = capsys.readouterr()
+        return code, out.splitlines(), err.splitlines()
+
+    code, out, _ = cli(audit_main, run_a, "--against", run_b)
+    section = out[out.index(f"data report against run {run_b}:") + 1 :]
+    rows = [line.split() for line in section if line.startswith("data report")]
+    compared = [line.split() for line in cli(compare_main, run_a, run_b)[1] if line.startswith("data report")]
+    assert rows == compared and rows[0] == ["data", "report", "test.num_examples", "9", "7"], out
+    assert code == 0 and out[-1] == "ALL MATCH", out  # the data report informs; the check decides
+    code, out, _ = cli(audit_main, run_a, "--against", run_a)
+    assert f"data report against run {run_a}: the same figures" in out and code == 0, out
+    out = cli(audit_main, run_a, "--against", run_c)[1]
+    assert ["data", "report", "report.json", "logged"] in [line.split()[:4] for line in out], out
+    code, out, err = cli(audit_main, run_a, "--against", "0" * 32)
+    assert code == 2 and out == [] and len(err) == 1 and err[0].startswith(f"audit: error: run '{'0' * 32}'")
+    code, out, err = cli(audit_main, run_a, "--against", run_b, "--rerun")
+    assert code == 2 and err == [
+        "audit: error: --against works with the check, not with --rerun; drop one of them"
+    ]

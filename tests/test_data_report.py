@@ -555,7 +555,8 @@ def test_drift_finds_the_planted_oov_jump(text_trees, text_reports, tmp_path):
     jumped = tmp_path / "jumped"
     shutil.copytree(clean, jumped)
     for label in ("neg", "pos"):  # one more review per class: the shares stay at 0.5
-        words = " ".join(f"qz{label}{i}x" for i in range(40))
+        # as long as the generated reviews (14 tokens): the lengths stay too (drift check text_length)
+        words = " ".join(f"qz{label}{i}x" for i in range(14))
         (jumped / "test" / label / "oov_0.txt").write_text(words, encoding="utf-8")
     out = prepare_tree(
         jumped, tmp_path / "out", "dataset=imdb", *VAL, f"data.validation.reference={reference}"

@@ -1,9 +1,11 @@
 """The audit and compare command lines (`python -m pipeline.audit|compare`, `tfpipe audit|compare`).
 
-audit: Audit a recorded MLflow run: `python -m pipeline.audit RUN_ID [--rerun] [--tolerance X] [--tracking-uri URI]`.
+audit: Audit a recorded MLflow run: `python -m pipeline.audit RUN_ID [--rerun] [--tolerance X] [--against RUN]
+[--tracking-uri URI]`.
 
 Check (default): recorded code, data, config and environment against the project in the current
-directory; a table of match/differs. --rerun: re-create the run at its commit in a temporary git
+directory; a table of match/differs; with --against RUN, also the 'data report' rows compare prints for the
+two runs (how the data this run trained on differs from RUN's; informational, not in the exit code). --rerun: re-create the run at its commit in a temporary git
 worktree and compare weight hashes and metrics (REPRODUCED / WITHIN TOLERANCE / DIFFERS), recorded
 on the run as tags audit.verdict, audit.time and an audit/ report artifact.
 Exit codes: 0 all match / reproduced (or within tolerance), 1 differs, 2 bad input.
@@ -36,7 +38,7 @@ def main(name: str, argv) -> int:
     return compare_main(argv, prog="tfpipe compare")
 
 
-def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
+def _audit_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=AUDIT_DOC)
     parser.add_argument("run_id")
     parser.add_argument("--rerun", action="store_true", help="re-execute the run and compare outcomes")
@@ -48,6 +50,12 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
     )
     parser.add_argument(
         "--tracking-uri", default=None, help="MLflow store (default: MLFLOW_TRACKING_URI or params.yaml)"
+    )
+    parser.add_argument(
+        "--against",
+        default=None,
+        metavar="RUN_ID",
+        help="also list how the run's data report differs from this run's (compare's 'data report' rows)",
     )
     parser.add_argument(
         "--apply-diff", action="store_true", help="apply a dirty run's recorded git diff (review it first)"
@@ -63,34 +71,56 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
         help="pass this environment variable to the re-execution (repeatable; others are stripped)",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _check(args, root: Path) -> int:
+    """The check: the table, the registry line, the data report against --against, the verdict line."""
+    from tfpipe import audit
+
+    section = ""  # first: an unknown --against run stops the audit before it prints anything
+    if args.against:
+        uri = audit.tracking_uri_for(root, args.tracking_uri)
+        section = audit.data_report_section(args.run_id, args.against, uri)
+    items = audit.check(args.run_id, root, args.tracking_uri)
+    print(audit.format_table(items) + audit.registry_line(args.run_id, root, args.tracking_uri))
+    print(section, end="")
+    differs = sum(i.status == audit.DIFFERS for i in items)
+    print(
+        audit.warm_start_line(args.run_id, root, args.tracking_uri)
+        + ("ALL MATCH" if audit.ok(items) else f"DIFFERS: {differs} item(s)")
+    )
+    return 0 if audit.ok(items) else 1
+
+
+def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
+    args = _audit_parser(prog).parse_args(argv)
+    if args.rerun and args.against:
+        print(
+            "audit: error: --against works with the check, not with --rerun; drop one of them",
+            file=sys.stderr,
+        )
+        return 2
 
     from tfpipe import audit
     from tfpipe.errors import USER_ERRORS
 
     root = Path.cwd()
     try:
-        if args.rerun:
-            result = audit.rerun(
-                args.run_id,
-                root,
-                args.tracking_uri,
-                tolerance=args.tolerance,
-                apply_diff=args.apply_diff,
-                trusted_ref=args.trusted_ref,
-                pass_env=tuple(args.pass_env),
-                log=lambda m: print(m, file=sys.stderr),
-            )
-            print(audit.format_rerun(result), end="")
-            return 1 if result.verdict == audit.DIFFERS_VERDICT else 0
-        items = audit.check(args.run_id, root, args.tracking_uri)
-        print(audit.format_table(items) + audit.registry_line(args.run_id, root, args.tracking_uri))
-        differs = sum(i.status == audit.DIFFERS for i in items)
-        print(
-            audit.warm_start_line(args.run_id, root, args.tracking_uri)
-            + ("ALL MATCH" if audit.ok(items) else f"DIFFERS: {differs} item(s)")
+        if not args.rerun:
+            return _check(args, root)
+        result = audit.rerun(
+            args.run_id,
+            root,
+            args.tracking_uri,
+            tolerance=args.tolerance,
+            apply_diff=args.apply_diff,
+            trusted_ref=args.trusted_ref,
+            pass_env=tuple(args.pass_env),
+            log=lambda m: print(m, file=sys.stderr),
         )
-        return 0 if audit.ok(items) else 1
+        print(audit.format_rerun(result), end="")
+        return 1 if result.verdict == audit.DIFFERS_VERDICT else 0
     except USER_ERRORS as exc:
         if args.debug:
             raise

@@ -2,7 +2,7 @@
 errors and exit codes as `python -m pipeline.<name>`:
 
     tfpipe prepare|train|evaluate|run-all|launch [--params FILE] [--debug] [OVERRIDE ...]
-    tfpipe audit RUN_ID [--rerun] [--tolerance X] [--tracking-uri URI]
+    tfpipe audit RUN_ID [--rerun] [--tolerance X] [--against RUN] [--tracking-uri URI]
     tfpipe compare RUN_A RUN_B [--tracking-uri URI]
     tfpipe promote RUN_ID [--alias champion] [--force]
     tfpipe tune NAME [--storage URL] [--study NAME] [OVERRIDE ...]

@@ -3,6 +3,7 @@
     items = audit.check(run_id, root)                # recorded vs present: code, data, config, environment
     result = audit.rerun(run_id, root, tolerance=0)  # re-execute at the recorded commit, compare outcomes
     rows = audit.compare(run_a, run_b, uri)          # what differs between two runs
+    audit.data_report_section(run_id, other, uri)    # only the data report rows of compare (audit --against)
     audit.registry_line(run_id, root)                # the run's registered versions and their aliases
 
 Runs are read through `tfpipe.tracking.reading` (this module never imports mlflow). Each check
@@ -27,7 +28,7 @@ from tfpipe.audit.common import (
     tracking_uri_for,
     warm_start_line,
 )
-from tfpipe.audit.compare import compare, compare_runs, format_compare
+from tfpipe.audit.compare import compare, compare_runs, data_report_section, format_compare
 from tfpipe.audit.rerun import RerunResult, format_rerun, judge, rerun
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "check",
     "compare",
     "compare_runs",
+    "data_report_section",
     "format_compare",
     "format_rerun",
     "format_table",

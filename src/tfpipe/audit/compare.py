@@ -1,4 +1,5 @@
-"""`compare`: what differs between two recorded runs."""
+"""`compare`: what differs between two recorded runs; `data_report_section`: the data report part of it alone,
+for `audit RUN --against OTHER`."""
 
 from __future__ import annotations
 
@@ -53,6 +54,20 @@ def compare(run_a: str, run_b: str, uri: str) -> list:
 
     runs = [{**_load(r, uri), "data_report": reading.load_data_report(uri, r)} for r in (run_a, run_b)]
     return compare_runs(*runs)
+
+
+def data_report_section(run_id: str, against: str, uri: str) -> str:
+    """The 'data report' rows compare prints, between the two runs' data/report.json, under a heading line;
+    one line when there is nothing to compare or nothing differs."""
+    from tfpipe.tracking import reading
+
+    ra, rb = (reading.load_data_report(uri, r) for r in (run_id, against))
+    if ra is None and rb is None:
+        return f"data report against run {against}: neither run logged one (data/report.json)\n"
+    rows = _report_rows(ra, rb)
+    if not rows:
+        return f"data report against run {against}: the same figures\n"
+    return f"data report against run {against}:\n" + format_compare(rows, run_id, against)
 
 
 def format_compare(rows, a: str, b: str) -> str:

@@ -13,9 +13,11 @@ from tfpipe.errors import ConfigError
 LEAKAGE_POLICIES = ("warn", "fail", "drop")
 DRIFT_POLICIES = ("warn", "fail")
 # what tfpipe.data.drift compares against the reference, each with its own policy (data.validation.drift)
-DRIFT_CHECKS = ("classes", "class_share", "oov", "image_modes", "image_stats")
+DRIFT_CHECKS = ("classes", "class_share", "oov", "text_length", "image_modes", "image_stats")
 SHARE_DISTANCES = ("linf", "js")  # L-infinity (largest single share move) | Jensen-Shannon divergence
 AUTO_REFERENCE = "auto"  # data.validation.reference=auto: the first prepared version's report, pinned
+# the largest data.validation.max_length_shift: a median or p95 text length 11 times the reference's
+MAX_LENGTH_SHIFT = 10.0
 MAX_HAMMING = 12  # the near-pair search compares hashes sharing one of threshold+1 bands: keep bands wide
 
 
@@ -45,6 +47,7 @@ class ValidationConfig:
     max_share_divergence: float = 0.02
     max_oov_increase: float = 0.02
     max_pixel_shift: float = 32.0
+    max_length_shift: float = 0.5
 
     def check(self, output_dir: str = "") -> None:
         choice("data.validation.leakage", self.leakage, LEAKAGE_POLICIES)
@@ -61,6 +64,10 @@ class ValidationConfig:
         if not 0.0 < self.max_pixel_shift <= 255.0:
             raise ConfigError(
                 f"data.validation.max_pixel_shift={self.max_pixel_shift!r}: must be in (0, 255]"
+            )
+        if not 0.0 < self.max_length_shift <= MAX_LENGTH_SHIFT:
+            raise ConfigError(
+                f"data.validation.max_length_shift={self.max_length_shift!r}: must be in (0, {MAX_LENGTH_SHIFT:g}]"
             )
         if self.reference == AUTO_REFERENCE and not str(self.auto_reference or "").strip():
             raise ConfigError("data.validation.auto_reference: empty; expected the path reference=auto pins")

@@ -6,6 +6,8 @@ first prepared version's, pinned at data.validation.auto_reference). The checks,
 - class_share: the class shares moved by more than max_share_shift (L-infinity: one line per class) or,
   with share_distance=js, by more than max_share_divergence (Jensen-Shannon divergence, as TFDV's);
 - oov: the out-of-vocabulary rate up by more than max_oov_increase;
+- text_length: a split's median or p95 length in tokens moved (either way) by more than max_length_shift
+  times the reference's (texts only: image reports have no lengths);
 - image_modes: a source image mode (RGB, L, RGBA...) the reference did not have;
 - image_stats: a per-channel pixel mean or std moved by more than max_pixel_shift (0..255).
 
@@ -143,6 +145,19 @@ def _image_anomalies(split: str, old: dict, new: dict, validation) -> list:
     return lines
 
 
+def _length_anomalies(split: str, old: dict, new: dict, validation) -> list:
+    """The median and p95 token length, each against max_length_shift times the reference's (at least 1
+    token, so a split of empty documents still has a scale)."""
+    before, after = old.get("tokens") or {}, new.get("tokens") or {}
+    limit = _setting(validation, "max_length_shift")
+    lines = []
+    for stat in ("median", "p95"):
+        b, a = before.get(stat), after.get(stat)
+        if b is not None and a is not None and abs(a - b) > limit * max(b, 1.0):
+            lines.append(("text_length", f"{split}: tokens.{stat}: reference {b:.1f}, now {a:.1f}"))
+    return lines
+
+
 def anomalies(reference: dict, report: dict, validation) -> list:
     """(check, line) for every anomaly of `report` against `reference`."""
     found = []
@@ -158,6 +173,7 @@ def anomalies(reference: dict, report: dict, validation) -> list:
             and after - before > _setting(validation, "max_oov_increase")
         ):
             found.append(("oov", f"{split}: oov_rate: reference {before:.4f}, now {after:.4f}"))
+        found += _length_anomalies(split, old, new, validation)
         found += _image_anomalies(split, old, new, validation)
     return found
 
