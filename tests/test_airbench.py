@@ -1,0 +1,164 @@
+"""The airbench model (tfpipe.models.airbench) and train.optimizer.ema_momentum: the whitening kernel fitted
+from the data, airbench's test-time views and weights, the faster BatchNorm biases, the preset training
+through the train stage and ending on the weights' moving average."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfpipe import config, interrupts, models, training
+from tfpipe.models.airbench import ScaledBias
+
+ROOT = Path(__file__).resolve().parents[1]
+NORM = {"mean": [0.47, 0.46, 0.43], "std": [0.24, 0.24, 0.26]}  # per channel, of pixels scaled to [0, 1]
+
+pytestmark = pytest.mark.usefixtures("restore_float32_policy")
+
+
+def _cfg(*overrides):
+    return config.compose(["experiment=cifar10_airbench", *overrides], config_dir=ROOT / "conf")
+
+
+def _smooth_images(n, seed=0):
+    """Images whose neighbouring pixels and channels correlate, as in photographs."""
+    rng = np.random.default_rng(seed)
+    coarse = rng.normal(128, 50, size=(n, 8, 8, 3)) + rng.normal(0, 30, size=(n, 8, 8, 1))
+    return np.clip(
+        tf.image.resize(coarse, (32, 32)).numpy() + rng.normal(0, 4, (n, 32, 32, 3)), 0, 255
+    ).astype(np.uint8)
+
+
+def test_the_whitening_kernel_decorrelates_the_train_split_s_2x2_patches():
+    cfg = _cfg("model.widths=[8,8,8]", "model.whitening_examples=48")
+    model = models.build_model(cfg, num_classes=10, normalization=NORM)
+    images = _smooth_images(64)
+    batches = [(images[i : i + 16], np.zeros(16)) for i in range(0, 64, 16)]
+    stats = models.fit_to_train_split(model, cfg.model, batches, num_classes=10)
+    assert stats["whitening_examples"] == 48  # the first 48 images, not all 64
+    # The whitening conv's outputs on the same images, computed here with NumPy from the patches.
+    x = (images[:48].astype("float64") / 255.0 - np.array(NORM["mean"])) / np.array(NORM["std"])
+    kernel = model.get_layer("whiten").kernel.numpy().astype("float64")
+    assert kernel.shape == (2, 2, 3, 24)
+    patches = np.stack([x[:, i : 31 + i, j : 31 + j] for i in (0, 1) for j in (0, 1)], axis=3).reshape(-1, 12)
+    out = patches @ kernel.reshape(12, 24)
+    cov = out[:, :12].T @ out[:, :12] / len(out)
+    off_diagonal = cov - np.diag(np.diag(cov))
+    assert np.abs(off_diagonal).max() < 1e-3  # decorrelated
+    # Unit variance, slightly less for the smallest eigenvalues (eps).
+    assert np.diag(cov).max() <= 1.0 + 1e-6 and np.diag(cov).min() > 0.5
+    np.testing.assert_allclose(out[:, 12:], -out[:, :12], atol=1e-9)  # and their negatives
+
+
+def _logits_model(model):
+    return keras.Model(model.inputs, model.get_layer("logit_scale").output)
+
+
+def test_test_time_views_are_averaged_with_airbench_s_weights_and_training_sees_one_view():
+    cfg = _cfg("model.widths=[8,8,8]")
+    tta = models.build_model(cfg, num_classes=10, normalization=NORM)
+    single = models.build_model(
+        _cfg("model.widths=[8,8,8]", "model.tta_level=0"), num_classes=10, normalization=NORM
+    )
+    single.set_weights(tta.get_weights())
+    images = _smooth_images(5, seed=1)
+    padded = np.pad(images, [(0, 0), (1, 1), (1, 1), (0, 0)], mode="reflect")
+    up_left, down_right = padded[:, :32, :32], padded[:, 2:, 2:]
+    views = [images, images[:, :, ::-1], up_left, up_left[:, :, ::-1], down_right, down_right[:, :, ::-1]]
+    logits = [_logits_model(single).predict(v, verbose=0) for v in views]
+    merged = 0.25 * (logits[0] + logits[1]) + 0.125 * (logits[2] + logits[3] + logits[4] + logits[5])
+    expected = tf.nn.softmax(merged).numpy()
+    np.testing.assert_allclose(tta.predict(images, verbose=0), expected, atol=1e-5)
+    assert tta(images, training=True).shape == (5, 10)  # training: one view per image (augmented)
+    mirror = models.build_model(
+        _cfg("model.widths=[8,8,8]", "model.tta_level=1"), num_classes=10, normalization=NORM
+    )
+    mirror.set_weights(tta.get_weights())
+    np.testing.assert_allclose(  # level 1: mirror-invariant
+        mirror.predict(images, verbose=0), mirror.predict(images[:, :, ::-1].copy(), verbose=0), atol=1e-5
+    )
+
+
+def test_a_scaled_bias_learns_scale_squared_times_faster_under_sgd():
+    x = tf.ones((4, 3))
+    fast, plain = ScaledBias(8.0), ScaledBias(1.0)
+    for layer in (fast, plain):
+        layer.build(x.shape)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(x))
+        keras.optimizers.SGD(0.01).apply([tape.gradient(loss, layer.bias)], [layer.bias])
+    # What the layer adds to x moved by 8 * 8 = 64 times as much.
+    np.testing.assert_allclose(8.0 * fast.bias.numpy(), 64 * plain.bias.numpy(), rtol=1e-6)
+
+
+def test_bad_airbench_values_are_refused_in_one_line():
+    from tfpipe.errors import ConfigError
+
+    for override, key in [
+        ("model.tta_level=3", "model.tta_level=3"),
+        ("model.widths=[]", "model.widths"),
+        ("model.bn_momentum=1.5", "model.bn_momentum"),
+        ("model.dense_units=16", "model.dense_units=16"),
+        ("train.optimizer.ema_momentum=1.0", "train.optimizer.ema_momentum"),
+    ]:
+        with pytest.raises(ConfigError, match=key.replace("[", r"\[")):
+            _cfg(override)
+
+
+class SignalAtStep:
+    def __init__(self, at: int):
+        self.at = at
+
+    def log_metrics(self, metrics, step):
+        if "train_loss" in metrics and step == self.at:
+            signal.raise_signal(signal.SIGTERM)
+
+
+def _train(prepared, out, *overrides, sink=None):
+    cfg = _cfg(
+        "model.widths=[8,8,8]",
+        "train.batch_size_per_replica=4",
+        "train.lr_schedule.warmup_epochs=0.5",
+        "train.tensorboard=false",
+        "train.steps_per_execution=1",
+        *overrides,
+    )
+    return training.train(cfg, prepared_dir=prepared.prepared_dir, output_dir=out, sink=sink)
+
+
+def _exported(result) -> dict:
+    with np.load(result.saved_model_dir / "keras_weights.npz") as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+@pytest.mark.slow
+def test_the_preset_trains_ends_on_the_weight_average_and_resumes_it_bit_identically(
+    prepared_image, tmp_path
+):
+    full = _train(prepared_image, tmp_path / "full", "train.epochs=2", "train.log_every_steps=1")
+    assert full.steps == 10 and np.isfinite(full.history[-1]["epoch_train_loss"])  # 21 train images, batch 4
+    probs = tf.saved_model.load(str(full.saved_model_dir)).signatures["serving_default"](
+        image=tf.constant(_smooth_images(2))
+    )["probabilities"]
+    np.testing.assert_allclose(probs.numpy().sum(axis=1), 1.0, atol=1e-4)  # 6 views inside the export
+    # Without the average the same run ends on other weights: the average is what was exported.
+    raw = _train(
+        prepared_image,
+        tmp_path / "raw",
+        "train.epochs=2",
+        "train.log_every_steps=1",
+        "train.optimizer.ema_momentum=0",
+    )
+    a, b = _exported(full), _exported(raw)
+    assert any(not np.array_equal(a[k], b[k]) for k in a if "kernel" in k)
+    # Stopped by SIGTERM mid-epoch and resumed: the checkpoint carried the average on, so the end is bit-identical.
+    out, args = tmp_path / "resumed", ("train.epochs=2", "train.log_every_steps=1")
+    with interrupts.graceful_stop(), pytest.raises(interrupts.Interrupted):
+        _train(prepared_image, out, *args, sink=SignalAtStep(7))
+    resumed = _train(prepared_image, out, *args)
+    assert resumed.resumed and resumed.resumed_at_step == 7 and resumed.weights_sha256 == full.weights_sha256
