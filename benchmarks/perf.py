@@ -140,7 +140,16 @@ def _train_arrays(dataset: str):
     return np.concatenate(xs), np.concatenate(ys)
 
 
-def _w_bare(dataset: str, steps: int, batch: int) -> dict:
+def _policy(precision: str, model: str):
+    """Both hand-written sides get the train stage's precision and model: the global Keras policy before the
+    model is built (mixed_bfloat16 keeps float32 variables and a float32 softmax, as tfpipe's builder does)."""
+    import keras
+
+    keras.mixed_precision.set_global_policy(precision)
+    return _compose("dataset=cifar10", f"model={model}")
+
+
+def _w_bare(dataset: str, steps: int, batch: int, precision: str = "float32", model: str = "cnn") -> dict:
     """The best reachable custom loop: the same model (tfpipe's builder), data in memory through tf.data
     cache/shuffle/batch/prefetch, one `tf.function` step (GradientTape, Adam, sparse cross-entropy), no
     strategy, no metrics, no hooks."""
@@ -149,7 +158,7 @@ def _w_bare(dataset: str, steps: int, batch: int) -> dict:
 
     from tfpipe import models
 
-    cfg = _compose(f"dataset={dataset}")
+    cfg = _policy(precision, model)
     x_train, y_train = _train_arrays(dataset)
     tf.keras.utils.set_random_seed(cfg.train.seed)
     ds = (
@@ -183,7 +192,7 @@ def _w_bare(dataset: str, steps: int, batch: int) -> dict:
     return {"examples_per_sec": steps * batch / seconds[-1]}
 
 
-def _w_keras(dataset: str, steps: int, batch: int) -> dict:
+def _w_keras(dataset: str, steps: int, batch: int, precision: str = "float32", model: str = "cnn") -> dict:
     """The seeds' recipe: tfds-style in-memory arrays -> tf.data cache/shuffle/batch/prefetch -> model.fit,
     on the same model (tfpipe's builder, compiled by Keras) and the same prepared data."""
     import keras
@@ -191,7 +200,7 @@ def _w_keras(dataset: str, steps: int, batch: int) -> dict:
 
     from tfpipe import data, models
 
-    cfg = _compose(f"dataset={dataset}")
+    cfg = _compose("dataset=imdb") if dataset == "imdb" else _policy(precision, model)
     x_train, y_train = _train_arrays(dataset)
     tf.keras.utils.set_random_seed(cfg.train.seed)
     ds = (
@@ -309,19 +318,17 @@ def _table(rows: list, base: str) -> None:
 def bench_keras(args) -> None:
     # Whole epochs: with a steps_per_epoch cap the pipeline re-fills its shuffle buffer every epoch,
     # while the Keras recipe's repeated dataset keeps it; that would not compare the train steps.
+    # Same model, batch 64, precision and optimizer (Adam) on all sides: this times the loops.
+    data, same = args.data, [f"precision={args.precision}", f"model={args.model}"]
+    hand = [data, "0", "64", args.precision, args.model]
     configs = [
-        ("plain Keras (tf.data cache/shuffle/batch + model.fit)", "keras", ["cifar10", "0", "64"]),
-        ("bare tf.function step (same model and data, no strategy)", "bare", ["cifar10", "0", "64"]),
-        # Same model, batch 64, float32 and optimizer (Adam) on both sides: this times the loops.
-        (
-            "tfpipe train stage loop, default config (steps_per_execution=10)",
-            "pipeline",
-            ["cifar10", "0", "precision=float32"],
-        ),
+        ("plain Keras (tf.data cache/shuffle/batch + model.fit)", "keras", hand),
+        ("bare tf.function step (same model and data, no strategy)", "bare", hand),
+        ("tfpipe train stage loop, default config (steps_per_execution=10)", "pipeline", [data, "0", *same]),
         (
             "tfpipe train stage loop, train.steps_per_execution=1",
             "pipeline",
-            ["cifar10", "0", "precision=float32", "train.steps_per_execution=1"],
+            [data, "0", *same, "train.steps_per_execution=1"],
         ),
     ]
     if args.compare_src:  # another checkout's train stage loop in the same run (before/after a change)
@@ -329,10 +336,13 @@ def bench_keras(args) -> None:
             (
                 f"train stage loop of {args.compare_src}",
                 "pipeline",
-                ["cifar10", "0", "precision=float32"],
+                [data, "0", *same],
                 str(Path(args.compare_src) / "src"),
             )
         )
+    print(
+        f"model {args.model}, precision {args.precision}, data {PREPARED[data].relative_to(ROOT)}", flush=True
+    )
     res = _side_by_side(configs, args.repeats)
     rows = [(config[0], _median(res[config[0]])) for config in configs]
     _table(rows, configs[0][0])
@@ -524,7 +534,7 @@ def main() -> int:
         if mode in ("pipeline", "stage"):
             result = fn(rest[0], int(rest[1]), *rest[2:])
         elif mode in ("keras", "bare"):
-            result = fn(rest[0], int(rest[1]), int(rest[2]))
+            result = fn(rest[0], int(rest[1]), int(rest[2]), *rest[3:])
         else:
             result = fn(rest[0], int(rest[1]), *rest[2:])
         print(json.dumps(result))
@@ -535,6 +545,13 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=0, help="unused (all benchmarks time whole epochs)")
     parser.add_argument("--compare-src", help="keras: also time the train stage loop of this checkout")
     parser.add_argument("--per-class", type=int, default=40, help="dvc: generated train images per class")
+    parser.add_argument("--model", default="cnn", help="keras: the image model timed (cnn, resnet, airbench)")
+    parser.add_argument(
+        "--precision", default="float32", choices=["float32", "mixed_bfloat16"], help="keras: on every side"
+    )
+    parser.add_argument(
+        "--data", default="cifar10", choices=["cifar10", "cifar10-12k"], help="keras: prepared split"
+    )
     args = parser.parse_args()
     print(
         f"$ python benchmarks/perf.py {' '.join(sys.argv[1:])}\n{cpu_line()}\n{_load()}, {os.cpu_count()} CPUs",
