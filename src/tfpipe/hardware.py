@@ -55,7 +55,8 @@ def gpus_have_bf16(details: Optional[list] = None) -> Optional[bool]:
 
 def resolve_policy(name: str, *, details: Optional[list] = None, cpuinfo_path: str = "/proc/cpuinfo") -> str:
     """`auto` -> mixed_bfloat16 on GPUs with bf16 (compute capability >= 8.0) or, without GPUs, on CPUs with
-    AMX/AVX512-BF16 (1.37x on cnn, 1.51x on resnet on the AMX machine, docs/benchmarks.md); float32 otherwise.
+    AMX/AVX512-BF16 (1.37x on cnn, 1.51x on resnet on the AMX machine; 1.42x on cnn on an AMD EPYC with
+    AVX512-BF16 and no AMX: docs/benchmarks.md); float32 otherwise.
     Other names as given. `details` / `cpuinfo_path`: another host's GPUs / CPU flags (default: this host's)."""
     if name != AUTO:
         return name
