@@ -149,6 +149,12 @@ def _policy(precision: str, model: str):
     return _compose("dataset=cifar10", f"model={model}")
 
 
+def _normalization(dataset: str):
+    """The prepared split's per-channel mean/std (resnet and airbench need it), as the train stage reads it."""
+    manifest = json.loads((PREPARED[dataset] / "manifest.json").read_text())
+    return manifest.get("normalization")
+
+
 def _w_bare(dataset: str, steps: int, batch: int, precision: str = "float32", model: str = "cnn") -> dict:
     """The best reachable custom loop: the same model (tfpipe's builder), data in memory through tf.data
     cache/shuffle/batch/prefetch, one `tf.function` step (GradientTape, Adam, sparse cross-entropy), no
@@ -169,7 +175,7 @@ def _w_bare(dataset: str, steps: int, batch: int, precision: str = "float32", mo
         .repeat()
         .prefetch(tf.data.AUTOTUNE)
     )
-    model = models.build_model(cfg, int(y_train.max()) + 1)
+    model = models.build_model(cfg, int(y_train.max()) + 1, normalization=_normalization(dataset))
     optimizer = keras.optimizers.Adam(cfg.train.optimizer.learning_rate)
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
 
@@ -215,7 +221,12 @@ def _w_keras(dataset: str, steps: int, batch: int, precision: str = "float32", m
         vocab = data.read_vocab(PREPARED[dataset])
         vec = models.make_text_vectorizer(vocab, cfg.dataset.sequence_length)
         ds = ds.map(lambda x, y: (vec(x), y), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
-    model = models.build_model(cfg, int(y_train.max()) + 1, vocab_size=None if vocab is None else len(vocab))
+    model = models.build_model(
+        cfg,
+        int(y_train.max()) + 1,
+        vocab_size=None if vocab is None else len(vocab),
+        normalization=_normalization(dataset),
+    )
     model.compile(
         optimizer=keras.optimizers.Adam(cfg.train.optimizer.learning_rate),
         loss="sparse_categorical_crossentropy",
