@@ -61,6 +61,7 @@ def step_rate(preset: str, batch: int, repeats: int, policy_name: str) -> tuple:
     import keras
     import numpy as np
     import tensorflow as tf
+    from perf import compiled_step
 
     from tfpipe import config, models, precision
 
@@ -71,12 +72,7 @@ def step_rate(preset: str, batch: int, repeats: int, policy_name: str) -> tuple:
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9, nesterov=True)
     loss_fn = keras.losses.CategoricalCrossentropy(label_smoothing=float(cfg.train.label_smoothing))
 
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
-        return loss
+    step = compiled_step(model, optimizer, loss_fn)
 
     rng = np.random.default_rng(0)
     x = tf.constant(rng.integers(0, 256, (batch, 32, 32, 3), dtype=np.uint8))

@@ -149,6 +149,21 @@ def _policy(precision: str, model: str):
     return _compose("dataset=cifar10", f"model={model}")
 
 
+def compiled_step(model, optimizer, loss_fn):
+    """One compiled train step (GradientTape, the optimizer's apply; no strategy, metrics or hooks): the bare
+    loop the benchmarks measure the train stage against."""
+    import tensorflow as tf
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+        return loss
+
+    return step
+
+
 def _normalization(dataset: str):
     """The prepared split's per-channel mean/std (resnet and airbench need it), as the train stage reads it."""
     manifest = json.loads((PREPARED[dataset] / "manifest.json").read_text())
@@ -179,12 +194,7 @@ def _w_bare(dataset: str, steps: int, batch: int, precision: str = "float32", mo
     optimizer = keras.optimizers.Adam(cfg.train.optimizer.learning_rate)
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
 
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
-        return loss
+    step = compiled_step(model, optimizer, loss_fn)
 
     steps = steps or len(x_train) // batch
     iterator = iter(ds)

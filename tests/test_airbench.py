@@ -4,13 +4,13 @@ through the train stage and ending on the weights' moving average."""
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_resume_augmentation import SignalAtStep  # a sink raising SIGTERM at a step
 
 from tfpipe import config, interrupts, models, training
 from tfpipe.models.airbench import ScaledBias
@@ -108,15 +108,6 @@ def test_bad_airbench_values_are_refused_in_one_line():
     ]:
         with pytest.raises(ConfigError, match=key.replace("[", r"\[")):
             _cfg(override)
-
-
-class SignalAtStep:
-    def __init__(self, at: int):
-        self.at = at
-
-    def log_metrics(self, metrics, step):
-        if "train_loss" in metrics and step == self.at:
-            signal.raise_signal(signal.SIGTERM)
 
 
 def _train(prepared, out, *overrides, sink=None):

@@ -46,19 +46,20 @@ def _artifact_text(client: MlflowClient, run_id: str, path: str) -> Optional[str
         return p.read_text(encoding="utf-8") if p.is_file() else None
 
 
-def _get_run(client: MlflowClient, uri: str, run_id: str):
+def get_run(client: MlflowClient, uri: str, run_id: str):
+    """The run, or a TrackingError naming it and the store (credentials redacted)."""
     try:
         return client.get_run(run_id)
     except MlflowException as exc:
         raise TrackingError(
-            f"run {run_id!r}: not found in {redact_url(uri)} ({_one_line(exc)[:200]})"
+            f"run {run_id!r}: not found in {redact_url(uri)} ({_one_line(exc, 200)})"
         ) from None
 
 
 def load_data_report(uri: str, run_id: str) -> Optional[dict]:
     """The data report the run logged (data/report.json), or None when it has none or it is unreadable."""
     client = _client(uri)
-    _get_run(client, uri, run_id)  # an unknown run is an error, not a run without a report
+    get_run(client, uri, run_id)  # an unknown run is an error, not a run without a report
     text = _artifact_text(client, run_id, DATA_REPORT_ARTIFACT)
     try:
         return json.loads(text) if text else None
@@ -70,7 +71,7 @@ def load_run(uri: str, run_id: str) -> dict:
     import yaml
 
     client = _client(uri)
-    run = _get_run(client, uri, run_id)
+    run = get_run(client, uri, run_id)
     config_text = _artifact_text(client, run_id, CONFIG_ARTIFACT)
     prov_text = _artifact_text(client, run_id, PROVENANCE_ARTIFACT)
     return {

@@ -18,6 +18,7 @@ from mlflow.exceptions import MlflowException
 from tfpipe.config import checks
 from tfpipe.errors import TrackingError, one_line
 from tfpipe.tracking import backend
+from tfpipe.tracking.reading import get_run
 from tfpipe.tracking.redact import redact_url
 
 log = logging.getLogger(__name__)
@@ -91,15 +92,6 @@ def _client(uri: str) -> MlflowClient:
     return MlflowClient(tracking_uri=uri)
 
 
-def _run(client: MlflowClient, uri: str, run_id: str):
-    try:
-        return client.get_run(run_id)
-    except MlflowException as exc:
-        raise TrackingError(
-            f"run {run_id!r}: not found in {redact_url(uri)} ({one_line(exc, 200)})"
-        ) from None
-
-
 def _run_version(client: MlflowClient, run):
     """The run's registered version: the one its tags name, else its newest."""
     tags = run.data.tags
@@ -160,7 +152,7 @@ def promote(
     checks.registry_alias("--alias", alias)
     checks.choice("--mode", mode, ("max", "min"))
     client = _client(uri)
-    run = _run(client, uri, run_id)
+    run = get_run(client, uri, run_id)
     try:
         version = _run_version(client, run)
         current = _alias_version(client, version.name, alias)
@@ -184,7 +176,7 @@ def promote(
 def model_versions(uri: str, run_id: str) -> list:
     """The run's registered versions: [{"name", "version", "aliases"}], oldest first."""
     client = _client(uri)
-    _run(client, uri, run_id)
+    get_run(client, uri, run_id)
     try:  # search results carry no aliases: each version is read whole
         found = client.search_model_versions(f"run_id='{run_id}'")
         versions = [client.get_model_version(v.name, str(v.version)) for v in found]
