@@ -65,6 +65,12 @@ def test_test_time_views_are_averaged_with_airbench_s_weights_and_training_sees_
     single = models.build_model(
         _cfg("model.widths=[8,8,8]", "model.tta_level=0"), num_classes=10, normalization=NORM
     )
+    fit = [(_smooth_images(32, seed=2), np.zeros(32))]
+    models.fit_to_train_split(
+        tta, cfg.model, fit, num_classes=10
+    )  # an unfitted whitening kernel is all zeros
+    head = tta.get_layer("logits")
+    head.kernel.assign(head.kernel * 1000.0)  # views' logits far apart, so that a wrong weight shows
     single.set_weights(tta.get_weights())
     images = _smooth_images(5, seed=1)
     padded = np.pad(images, [(0, 0), (1, 1), (1, 1), (0, 0)], mode="reflect")
@@ -72,8 +78,11 @@ def test_test_time_views_are_averaged_with_airbench_s_weights_and_training_sees_
     views = [images, images[:, :, ::-1], up_left, up_left[:, :, ::-1], down_right, down_right[:, :, ::-1]]
     logits = [_logits_model(single).predict(v, verbose=0) for v in views]
     merged = 0.25 * (logits[0] + logits[1]) + 0.125 * (logits[2] + logits[3] + logits[4] + logits[5])
-    expected = tf.nn.softmax(merged).numpy()
-    np.testing.assert_allclose(tta.predict(images, verbose=0), expected, atol=1e-5)
+    spread = max(np.abs(view - logits[0]).max() for view in logits[1:])
+    assert spread > 0.1  # the views differ: equal weights (1/6 each) would miss by ~spread/8
+    merged_out = keras.Model(tta.inputs, tta.get_layer("tta_merge").output).predict(images, verbose=0)
+    np.testing.assert_allclose(merged_out, merged, rtol=1e-4, atol=1e-3 * spread)
+    np.testing.assert_allclose(tta.predict(images, verbose=0), tf.nn.softmax(merged).numpy(), atol=1e-4)
     assert tta(images, training=True).shape == (5, 10)  # training: one view per image (augmented)
     mirror = models.build_model(
         _cfg("model.widths=[8,8,8]", "model.tta_level=1"), num_classes=10, normalization=NORM
