@@ -66,38 +66,35 @@ def step_rate(preset: str, batch: int, repeats: int, policy_name: str) -> tuple:
     from tfpipe import config, models, precision
 
     cfg = config.compose([f"experiment={preset}"], config_dir=ROOT / "conf")
-    policy = precision.apply_policy(policy_name)
-    model = models.build_model(cfg, num_classes=10, normalization=NORM)
-    flops = forward_gflops(model)
-    optimizer = keras.optimizers.SGD(0.01, momentum=0.9, nesterov=True)
-    loss_fn = keras.losses.CategoricalCrossentropy(label_smoothing=float(cfg.train.label_smoothing))
-
-    step = compiled_step(model, optimizer, loss_fn)
-
-    rng = np.random.default_rng(0)
-    x = tf.constant(rng.integers(0, 256, (batch, 32, 32, 3), dtype=np.uint8))
-    y = tf.one_hot(rng.integers(0, 10, batch), 10)
-    step(x, y).numpy()
-    rates = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(5):
-            loss = step(x, y)
-        loss.numpy()
-        rates.append(5 * batch / (time.perf_counter() - t0))
-    keras.mixed_precision.set_global_policy("float32")
+    with precision.policy_scope(policy_name) as policy:
+        model = models.build_model(cfg, num_classes=10, normalization=NORM)
+        flops = forward_gflops(model)
+        optimizer = keras.optimizers.SGD(0.01, momentum=0.9, nesterov=True)
+        loss_fn = keras.losses.CategoricalCrossentropy(label_smoothing=float(cfg.train.label_smoothing))
+        step = compiled_step(model, optimizer, loss_fn)
+        rng = np.random.default_rng(0)
+        x = tf.constant(rng.integers(0, 256, (batch, 32, 32, 3), dtype=np.uint8))
+        y = tf.one_hot(rng.integers(0, 10, batch), 10)
+        step(x, y).numpy()
+        rates = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(5):
+                loss = step(x, y)
+            loss.numpy()
+            rates.append(5 * batch / (time.perf_counter() - t0))
     return statistics.median(rates), flops, policy
 
 
 def main() -> int:
     from perf import cpu_line
 
+    from tfpipe import precision
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=512)
     args = parser.parse_args()
-    from tfpipe import precision
-
     print(cpu_line())
     policies = list(dict.fromkeys([precision.resolve_policy("auto"), "float32"]))
     peaks = {"float32": matmul_gflops(args.repeats)}

@@ -166,8 +166,9 @@ def compiled_step(model, optimizer, loss_fn):
 
 def _normalization(dataset: str):
     """The prepared split's per-channel mean/std (resnet and airbench need it), as the train stage reads it."""
-    manifest = json.loads((PREPARED[dataset] / "manifest.json").read_text())
-    return manifest.get("normalization")
+    from tfpipe import data
+
+    return data.load_manifest(PREPARED[dataset]).get("normalization")
 
 
 def _w_bare(dataset: str, steps: int, batch: int, precision: str = "float32", model: str = "cnn") -> dict:
