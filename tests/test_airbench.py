@@ -105,6 +105,22 @@ def test_a_scaled_bias_learns_scale_squared_times_faster_under_sgd():
     np.testing.assert_allclose(8.0 * fast.bias.numpy(), 64 * plain.bias.numpy(), rtol=1e-6)
 
 
+def test_batchnorm_keeps_airbench_s_running_statistics_weight_and_the_head_starts_as_pytorch_s():
+    model = models.build_model(_cfg("model.widths=[8,16,16]"), num_classes=10, normalization=NORM)
+    norms = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+    assert len(norms) == 6
+    # airbench94 passes momentum=1-0.6 to PyTorch (the new batch's weight): the old statistics keep 0.6.
+    x = tf.random.stateless_normal((64, 4, 4, 16), seed=(1, 2)) * 3.0 + 5.0
+    bn = norms[-1]
+    bn(x, training=True)
+    batch_mean = tf.reduce_mean(x, axis=[0, 1, 2]).numpy()
+    np.testing.assert_allclose(bn.moving_mean.numpy(), 0.4 * batch_mean, rtol=1e-4)
+    # The classifier starts uniform within 1/sqrt(fan_in) (PyTorch's Linear), not Glorot's wider limit.
+    kernel = model.get_layer("logits").kernel.numpy()
+    assert kernel.shape == (16, 10)
+    assert 0.8 / 4.0 < np.abs(kernel).max() <= 1.0 / 4.0
+
+
 def test_bad_airbench_values_are_refused_in_one_line():
     from tfpipe.errors import ConfigError
 

@@ -12,6 +12,7 @@ from conftest import TINY_VOCAB as VOCAB  # noqa: E402
 from conftest import default_policy
 
 from tfpipe import config, models, precision, training
+from tfpipe.errors import ConfigError
 from tfpipe.models.image import RandomFlipCrop
 from tfpipe.models.text import HashedNgrams
 
@@ -111,6 +112,22 @@ def test_onecycle_schedule_rises_linearly_then_falls_to_zero():
     cfg = _cfg("experiment=cifar10_fast")
     sched = training.make_lr_schedule(cfg.train, steps_per_epoch=10)
     assert sched.decay == "onecycle" and sched.warmup_steps == 30 and sched.total_steps == 150
+
+
+def test_onecycle_schedule_can_start_and_end_at_fractions_of_the_peak():
+    # airbench94's triangle: 0.2 x peak at step 0, the peak at 23 of 100 steps, 0.07 x peak at the end.
+    s = training.WarmupSchedule(1.0, total_steps=100, warmup_steps=23, decay="onecycle", start=0.2, end=0.07)
+    assert float(s(0)) == pytest.approx(0.2 + 0.8 / 23)
+    assert float(s(22)) == pytest.approx(1.0) and float(s(23)) == pytest.approx(1.0)
+    assert float(s(23 + 77 / 2)) == pytest.approx((1.0 + 0.07) / 2, rel=1e-5)
+    assert float(s(100)) == pytest.approx(0.07, rel=1e-5) and float(s(400)) == pytest.approx(0.07, rel=1e-5)
+    cosine = training.WarmupSchedule(0.5, total_steps=10, decay="cosine", end=0.1)
+    assert float(cosine(0)) == pytest.approx(0.5) and float(cosine(10)) == pytest.approx(0.05, rel=1e-5)
+    sched = training.make_lr_schedule(_cfg("experiment=cifar10_airbench").train, steps_per_epoch=10)
+    assert (sched.start, sched.end, sched.warmup_steps, sched.total_steps) == (0.2, 0.07, 23, 100)
+    for bad in ("train.lr_schedule.start_fraction=-0.1", "train.lr_schedule.end_fraction=1.5"):
+        with pytest.raises(ConfigError, match=bad.split("=")[0].replace(".", r"\.")):
+            _cfg(bad)
 
 
 def test_precision_auto_follows_the_cpu_flags(tmp_path):

@@ -15,7 +15,7 @@ class AirbenchConfig(ModelConfig):
     name: str = "airbench"
     dense_units: int = 0  # the logits come straight from the pooled features
     widths: List[int] = field(default_factory=lambda: [64, 256, 256])
-    bn_momentum: float = 0.6  # PyTorch convention: weight of the new batch in the running statistics
+    bn_momentum: float = 0.6  # Keras convention: weight of the old running statistics at each batch
     bias_lr_scale: float = 64.0  # BatchNorm biases learn this many times faster (ScaledBias)
     logit_scale: float = 0.111111  # the logits' multiplier (airbench's 1/9)
     whitening_examples: int = 5000  # train images whose 2x2 patches set the whitening kernel
@@ -30,8 +30,8 @@ class AirbenchConfig(ModelConfig):
             raise ConfigError(
                 f"model.dense_units={self.dense_units!r}: airbench has no hidden dense layer; allowed: 0"
             )
-        if not 0.0 < self.bn_momentum <= 1.0:
-            raise ConfigError(f"model.bn_momentum={self.bn_momentum!r}: must be in (0, 1]")
+        if not 0.0 <= self.bn_momentum < 1.0:
+            raise ConfigError(f"model.bn_momentum={self.bn_momentum!r}: must be in [0, 1)")
         positive("model.bias_lr_scale", self.bias_lr_scale)
         positive("model.logit_scale", self.logit_scale)
         positive("model.whitening_examples", self.whitening_examples)

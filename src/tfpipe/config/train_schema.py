@@ -36,10 +36,16 @@ class OptimizerConfig:
 class LRScheduleConfig:
     name: str = "constant"
     warmup_epochs: float = 0.0
+    start_fraction: float = 0.0  # the warm-up starts at this fraction of the peak (0: from ~0)
+    end_fraction: float = 0.0  # cosine / onecycle decay to this fraction of the peak (0: to 0)
 
     def check(self, epochs: int) -> None:
         choice("train.lr_schedule.name", self.name, choices.LR_SCHEDULES)
         non_negative("train.lr_schedule.warmup_epochs", self.warmup_epochs)
+        for key in ("start_fraction", "end_fraction"):
+            value = getattr(self, key)
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(f"train.lr_schedule.{key}={value!r}: must be in [0, 1]")
         if self.warmup_epochs > epochs:
             raise ConfigError(
                 f"train.lr_schedule.warmup_epochs={self.warmup_epochs!r}: must be <= train.epochs ({epochs})"

@@ -140,9 +140,10 @@ def _conv_group(x, width: int, name: str, bn_momentum: float, bias_scale: float,
         )(x)
         if i == 1:
             x = layers.MaxPooling2D(2, name=f"{name}_pool")(x)
-        # Keras' momentum is the running statistics' weight: PyTorch's momentum m is Keras' 1 - m.
+        # bn_momentum is the running statistics' weight (Keras' convention; airbench's 0.6 passes 1 - 0.6 to
+        # PyTorch, whose momentum is the new batch's weight).
         x = layers.BatchNormalization(
-            momentum=1.0 - bn_momentum, epsilon=1e-12, center=False, scale=False, name=f"{name}_bn{i}"
+            momentum=bn_momentum, epsilon=1e-12, center=False, scale=False, name=f"{name}_bn{i}"
         )(x)
         x = ScaledBias(bias_scale, name=f"{name}_bias{i}")(x)
         x = layers.Activation("gelu", name=f"{name}_gelu{i}")(x)
@@ -177,7 +178,11 @@ def build_airbench(cfg, num_classes: int, normalization: dict) -> keras.Model:
             x, int(w), f"block{i}", float(m.bn_momentum), math.sqrt(m.bias_lr_scale), seed + 10 * i
         )
     x = layers.GlobalMaxPooling2D(name="pool")(x)
-    x = layers.Dense(num_classes, use_bias=False, dtype="float32", name="logits")(x)
+    # PyTorch's default Linear initialisation (uniform, limit 1/sqrt(fan_in)), as airbench's classifier starts.
+    head_init = keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform", seed=seed)
+    x = layers.Dense(
+        num_classes, use_bias=False, kernel_initializer=head_init, dtype="float32", name="logits"
+    )(x)
     x = layers.Rescaling(float(m.logit_scale), dtype="float32", name="logit_scale")(x)
     x = TTAMerge(int(m.tta_level), dtype="float32", name="tta_merge")(x)
     outputs = layers.Activation("softmax", dtype="float32", name="probabilities")(x)

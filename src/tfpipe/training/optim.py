@@ -11,16 +11,26 @@ from tfpipe import precision
 
 
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warm-up from ~0 to `peak` over `warmup_steps`, then constant, cosine decay to 0 or
-    (onecycle) linear decay to 0 at `total_steps`."""
+    """Linear warm-up from `start` x peak (0: from ~0) to `peak` over `warmup_steps`, then constant, cosine or
+    (onecycle) linear decay to `end` x peak at `total_steps`."""
 
-    def __init__(self, peak: float, total_steps: int, warmup_steps: int = 0, decay: str = "constant"):
+    def __init__(
+        self,
+        peak: float,
+        total_steps: int,
+        warmup_steps: int = 0,
+        decay: str = "constant",
+        start: float = 0.0,
+        end: float = 0.0,
+    ):
         if decay not in ("constant", "cosine", "onecycle"):
             raise ValueError(f"decay={decay!r}: expected 'constant', 'cosine' or 'onecycle'")
         self.peak = float(peak)
         self.total_steps = int(max(total_steps, 1))
         self.warmup_steps = int(max(warmup_steps, 0))
         self.decay = decay
+        self.start = float(start)
+        self.end = float(end)
 
     def __call__(self, step):
         step = tf.cast(step, tf.float32)
@@ -28,14 +38,14 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         span = float(max(self.total_steps - self.warmup_steps, 1))
         progress = tf.clip_by_value((step - self.warmup_steps) / span, 0.0, 1.0)
         if self.decay == "cosine":
-            after = peak * 0.5 * (1.0 + tf.cos(math.pi * progress))
+            after = peak * (self.end + (1.0 - self.end) * 0.5 * (1.0 + tf.cos(math.pi * progress)))
         elif self.decay == "onecycle":  # the triangle of fast-CIFAR training (Smith; Page's ResNet-9)
-            after = peak * (1.0 - progress)
+            after = peak * (1.0 - (1.0 - self.end) * progress)
         else:
             after = peak
         if self.warmup_steps == 0:
             return after
-        warm = peak * (step + 1.0) / float(self.warmup_steps)
+        warm = peak * (self.start + (1.0 - self.start) * (step + 1.0) / float(self.warmup_steps))
         return tf.where(step < self.warmup_steps, warm, after)
 
     def get_config(self):
@@ -44,6 +54,8 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "total_steps": self.total_steps,
             "warmup_steps": self.warmup_steps,
             "decay": self.decay,
+            "start": self.start,
+            "end": self.end,
         }
 
 
@@ -56,7 +68,10 @@ def make_lr_schedule(train_cfg, steps_per_epoch: int, scale: float = 1.0) -> War
     total = max(int(steps_per_epoch) * int(train_cfg.epochs), 1)
     warmup = int(round(train_cfg.lr_schedule.warmup_epochs * steps_per_epoch))
     peak = train_cfg.optimizer.learning_rate * scale
-    return WarmupSchedule(peak, total, min(warmup, total), train_cfg.lr_schedule.name)
+    sched = train_cfg.lr_schedule
+    return WarmupSchedule(
+        peak, total, min(warmup, total), sched.name, sched.start_fraction, sched.end_fraction
+    )
 
 
 def make_optimizer(train_cfg, learning_rate, policy: str = "float32") -> keras.optimizers.Optimizer:
