@@ -14,6 +14,7 @@ from test_resume_augmentation import SignalAtStep  # a sink raising SIGTERM at a
 
 from tfpipe import config, interrupts, models, training
 from tfpipe.models.airbench import ScaledBias
+from tfpipe.training.lookahead import Lookahead
 
 ROOT = Path(__file__).resolve().parents[1]
 NORM = {"mean": [0.47, 0.46, 0.43], "std": [0.24, 0.24, 0.26]}  # per channel, of pixels scaled to [0, 1]
@@ -121,6 +122,25 @@ def test_batchnorm_keeps_airbench_s_running_statistics_weight_and_the_head_start
     assert 0.8 / 4.0 < np.abs(kernel).max() <= 1.0 / 4.0
 
 
+def test_lookahead_averages_weights_and_batchnorm_statistics_every_n_steps_on_airbench_s_ramp():
+    inputs = keras.Input((3,))
+    dense, norm = keras.layers.Dense(2), keras.layers.BatchNormalization()
+    model = keras.Model(inputs, norm(dense(inputs)))
+    lookahead = Lookahead(model, every=5, momentum=0.95, total_steps=20)
+    kernel, mean = dense.kernel.numpy(), norm.moving_mean.numpy()
+    dense.kernel.assign(kernel + 1.0)  # what training moved
+    norm.moving_mean.assign(mean + 2.0)
+    lookahead.sync(tf.constant(9, tf.int64))  # not a multiple of 5: nothing happens
+    np.testing.assert_allclose(dense.kernel.numpy(), kernel + 1.0)
+    lookahead.sync(tf.constant(10, tf.int64))
+    decay = 0.95**5 * (10 / 20) ** 3  # airbench94: alpha = 0.95^5 (step / total)^3 at every 5th step
+    np.testing.assert_allclose(dense.kernel.numpy(), kernel + (1 - decay), rtol=1e-6)
+    np.testing.assert_allclose(norm.moving_mean.numpy(), mean + 2 * (1 - decay), rtol=1e-6)
+    dense.kernel.assign(kernel + 7.0)
+    lookahead.finalize()  # the run ends on the slow copies, not on where training left the weights
+    np.testing.assert_allclose(dense.kernel.numpy(), kernel + (1 - decay), rtol=1e-6)
+
+
 def test_bad_airbench_values_are_refused_in_one_line():
     from tfpipe.errors import ConfigError
 
@@ -130,6 +150,12 @@ def test_bad_airbench_values_are_refused_in_one_line():
         ("model.bn_momentum=1.5", "model.bn_momentum"),
         ("model.dense_units=16", "model.dense_units=16"),
         ("train.optimizer.ema_momentum=1.0", "train.optimizer.ema_momentum"),
+        ("train.optimizer.lookahead_every=-1", "train.optimizer.lookahead_every"),
+        ("train.optimizer.lookahead_momentum=1.0", "train.optimizer.lookahead_momentum"),
+        (
+            "train.optimizer.ema_momentum=0.9",
+            "train.optimizer.lookahead_every=5: the run ends on one average",
+        ),
     ]:
         with pytest.raises(ConfigError, match=key.replace("[", r"\[")):
             _cfg(override)
@@ -156,24 +182,34 @@ def _exported(result) -> dict:
 def test_the_preset_trains_ends_on_the_weight_average_and_resumes_it_bit_identically(
     prepared_image, tmp_path
 ):
-    full = _train(prepared_image, tmp_path / "full", "train.epochs=2", "train.log_every_steps=1")
+    # Lookahead every 3 of the 10 steps: synced at 3, 6 and 9, so the end (step 10) takes the slow copies.
+    args = ("train.epochs=2", "train.log_every_steps=1", "train.optimizer.lookahead_every=3")
+    full = _train(prepared_image, tmp_path / "full", *args)
     assert full.steps == 10 and np.isfinite(full.history[-1]["epoch_train_loss"])  # 21 train images, batch 4
     probs = tf.saved_model.load(str(full.saved_model_dir)).signatures["serving_default"](
         image=tf.constant(_smooth_images(2))
     )["probabilities"]
     np.testing.assert_allclose(probs.numpy().sum(axis=1), 1.0, atol=1e-4)  # 6 views inside the export
-    # Without the average the same run ends on other weights: the average is what was exported.
-    raw = _train(
-        prepared_image,
-        tmp_path / "raw",
-        "train.epochs=2",
-        "train.log_every_steps=1",
-        "train.optimizer.ema_momentum=0",
-    )
-    a, b = _exported(full), _exported(raw)
-    assert any(not np.array_equal(a[k], b[k]) for k in a if "kernel" in k)
-    # Stopped by SIGTERM mid-epoch and resumed: the checkpoint carried the average on, so the end is bit-identical.
-    out, args = tmp_path / "resumed", ("train.epochs=2", "train.log_every_steps=1")
+    # Without lookahead, and with the per-step EMA instead, the same run ends on other weights.
+    off = ("train.optimizer.lookahead_every=0",)
+    raw = _train(prepared_image, tmp_path / "raw", *args, *off)
+    ema = _train(prepared_image, tmp_path / "ema", *args, *off, "train.optimizer.ema_momentum=0.9")
+    a, b, c = _exported(full), _exported(raw), _exported(ema)
+    for other in (b, c):
+        assert any(not np.array_equal(a[k], other[k]) for k in a if "kernel" in k)
+    assert any(not np.array_equal(b[k], c[k]) for k in b if "kernel" in k)
+    # The slow copies start from the fitted (not the built, all-zero) whitening kernel.
+    assert np.abs(a["whiten/kernel"]).max() > 0
+    np.testing.assert_allclose(a["whiten/kernel"], b["whiten/kernel"], rtol=1e-5)
+    # Lookahead with momentum 0 takes the trained weights at every sync, so syncing at step 10 (every 5) ends
+    # on the run without it, bit for bit, while syncing last at step 9 (every 3) ends on step 9's weights.
+    zero = ("train.optimizer.lookahead_momentum=0",)
+    every5 = _train(prepared_image, tmp_path / "z5", *args, *zero, "train.optimizer.lookahead_every=5")
+    every3 = _train(prepared_image, tmp_path / "z3", *args, *zero)
+    assert every5.weights_sha256 == raw.weights_sha256 != every3.weights_sha256
+    # Stopped by SIGTERM mid-epoch (after the lookahead at step 6) and resumed: the checkpoint carried the slow
+    # weights on, so the end is bit-identical.
+    out = tmp_path / "resumed"
     with interrupts.graceful_stop(), pytest.raises(interrupts.Interrupted):
         _train(prepared_image, out, *args, sink=SignalAtStep(7))
     resumed = _train(prepared_image, out, *args)

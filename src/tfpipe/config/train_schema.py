@@ -20,6 +20,8 @@ class OptimizerConfig:
     ema_momentum: float = (
         0.0  # > 0: the run ends on an exponential moving average of the weights (Keras use_ema)
     )
+    lookahead_every: int = 0  # > 0: airbench's lookahead every this many steps (training.lookahead); 0: off
+    lookahead_momentum: float = 0.95  # lookahead's per-step momentum (the slow weights' decay ramps up to it)
 
     def check(self) -> None:
         choice("train.optimizer.name", self.name, choices.OPTIMIZERS)
@@ -29,6 +31,16 @@ class OptimizerConfig:
         if not 0.0 <= self.ema_momentum < 1.0:
             raise ConfigError(
                 f"train.optimizer.ema_momentum={self.ema_momentum!r}: must be in [0, 1) (0: off)"
+            )
+        non_negative("train.optimizer.lookahead_every", self.lookahead_every)
+        if not 0.0 <= self.lookahead_momentum < 1.0:
+            raise ConfigError(
+                f"train.optimizer.lookahead_momentum={self.lookahead_momentum!r}: must be in [0, 1)"
+            )
+        if self.lookahead_every and self.ema_momentum:
+            raise ConfigError(
+                f"train.optimizer.lookahead_every={self.lookahead_every}: the run ends on one average; "
+                "set train.optimizer.ema_momentum=0 (or lookahead_every=0)"
             )
 
 
@@ -109,6 +121,11 @@ class TrainConfig:
 
         parse_profile_steps(self.profile_steps)  # 'FIRST-LAST', 1 <= FIRST <= LAST
         self._check_accumulation(cfg.strategy.name)
+        if self.optimizer.lookahead_every and cfg.strategy.name == "parameter_server":
+            raise ConfigError(
+                f"train.optimizer.lookahead_every={self.optimizer.lookahead_every}: not supported with "
+                "strategy.name=parameter_server (asynchronous updates); allowed: 0"
+            )
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"train.label_smoothing={self.label_smoothing!r}: must be in [0, 1)")
         self.optimizer.check()

@@ -46,6 +46,7 @@ class SyncRunner:
         for _ in tf.range(num_steps):
             batches = tuple(next(iterator) for _ in range(self.steps.accumulation))
             self.strategy.run(self.steps.replica_train_step, args=batches)
+            self.steps.after_step()
 
     def _eval_call(self, batch):
         self.strategy.run(self.steps.replica_eval_step, args=(batch,))

@@ -9,6 +9,7 @@ import keras
 import tensorflow as tf
 
 from tfpipe import precision
+from tfpipe.training.lookahead import Lookahead
 from tfpipe.training.optim import make_lr_schedule, make_optimizer
 
 
@@ -37,6 +38,14 @@ class Steps:
             # Build now: the checkpoint then restores into existing slots, and LossScaleOptimizer's
             # scale_loss reads its dynamic variable (not the initial constant) inside the step.
             self.optimizer.build(self.model.trainable_variables)
+            opt = tc.optimizer
+            self.lookahead = (
+                Lookahead(
+                    self.model, opt.lookahead_every, opt.lookahead_momentum, steps_per_epoch * tc.epochs
+                )
+                if opt.lookahead_every
+                else None
+            )
             self.loss_fn = task.build_loss()
             self.epoch_loss = keras.metrics.Mean(name="epoch_loss")
             self.epoch_acc = keras.metrics.SparseCategoricalAccuracy(name="epoch_accuracy")
@@ -74,6 +83,7 @@ class Steps:
             epoch=self.epoch,
             epoch_step=self.epoch_step,
             rng={str(i): v.value for i, v in enumerate(rng_states)},
+            **({"lookahead": self.lookahead.checkpointed()} if self.lookahead else {}),
         )
 
     def _per_example_loss(self, labels, probabilities):
@@ -113,6 +123,16 @@ class Steps:
             sums += tf.stack([tf.reduce_sum(per_example), examples, tf.reduce_sum(correct)])
         self.optimizer.apply(total, variables)  # all-reduces (sums) gradients across replicas
         return sums
+
+    def weights_set(self) -> None:
+        """The model's starting weights are in place (fitted to the train split, warm-started)."""
+        if self.lookahead:
+            self.lookahead.reset()
+
+    def after_step(self) -> None:
+        """Cross-replica, after each optimizer step inside the compiled call: train.optimizer.lookahead_every."""
+        if self.lookahead:
+            self.lookahead.sync(self.optimizer.iterations)
 
     def replica_eval_step(self, batch):
         features, labels = batch
@@ -157,8 +177,11 @@ class Steps:
         self.epoch_step.assign(epoch_step)
 
     def finalize_weights(self) -> None:
-        """With train.optimizer.ema_momentum: the weights become their moving average (after the loop, before
-        the export; the checkpoints keep the trained weights and the average apart, so a resume continues both)."""
+        """With train.optimizer.ema_momentum: the weights become their moving average; with lookahead_every, the
+        slow copies (after the loop, before the export; the checkpoints keep the trained weights and the average
+        apart, so a resume continues both)."""
+        if self.lookahead:
+            self.lookahead.finalize()
         optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         if optimizer.use_ema:
             optimizer.finalize_variable_values(self.model.trainable_variables)

@@ -112,6 +112,7 @@ def _train(
     )
     task.fit_to_train_split(steps.model)  # before a checkpoint restores the rest
     warm = warmstart.apply(steps.model, init_weights) if init_weights else None  # a checkpoint wins on resume
+    steps.weights_set()  # lookahead's slow copies start here; a resume's checkpoint restores them below
     chief = strategy.extended.should_checkpoint
     resumed = workdir.open_checkpoints(steps.checkpoint, chief=chief, max_to_keep=tc.max_checkpoints_to_keep)
     step, start_epoch, start_epoch_step = steps.counters()
