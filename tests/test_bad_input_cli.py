@@ -465,7 +465,8 @@ def test_real_cli_refuses_a_bad_override_fast():
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         "train: error: train.optimizer.lr=0.1: unknown config key (did you mean 'train.optimizer.learning_rate'?); "
-        "allowed keys under 'train.optimizer': name, learning_rate, weight_decay, momentum, nesterov, ema_momentum"
+        "allowed keys under 'train.optimizer': name, learning_rate, weight_decay, momentum, nesterov, ema_momentum, "
+        "lookahead_every, lookahead_momentum"
     ]
     assert elapsed < 20  # python + Hydra start-up; no TensorFlow is imported
 

@@ -23,6 +23,14 @@ class Lookahead:
         self.fast = [v.value for v in model.variables if "float" in str(v.dtype)]
         self.slow = [tf.Variable(v, trainable=False, name=f"lookahead_{i}") for i, v in enumerate(self.fast)]
 
+    @classmethod
+    def from_config(cls, model, train_cfg, total_steps: int):
+        """train.optimizer.lookahead_every > 0: a Lookahead over `model`; else None."""
+        opt = train_cfg.optimizer
+        if not opt.lookahead_every:
+            return None
+        return cls(model, opt.lookahead_every, opt.lookahead_momentum, total_steps)
+
     def reset(self) -> None:
         """The slow copies take the model's values (once its starting weights are set)."""
         for slow, fast in zip(self.slow, self.fast):

@@ -38,14 +38,7 @@ class Steps:
             # Build now: the checkpoint then restores into existing slots, and LossScaleOptimizer's
             # scale_loss reads its dynamic variable (not the initial constant) inside the step.
             self.optimizer.build(self.model.trainable_variables)
-            opt = tc.optimizer
-            self.lookahead = (
-                Lookahead(
-                    self.model, opt.lookahead_every, opt.lookahead_momentum, steps_per_epoch * tc.epochs
-                )
-                if opt.lookahead_every
-                else None
-            )
+            self.lookahead = Lookahead.from_config(self.model, tc, steps_per_epoch * tc.epochs)
             self.loss_fn = task.build_loss()
             self.epoch_loss = keras.metrics.Mean(name="epoch_loss")
             self.epoch_acc = keras.metrics.SparseCategoricalAccuracy(name="epoch_accuracy")
