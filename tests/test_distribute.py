@@ -103,15 +103,18 @@ import json, sys
 from tfpipe import config, training
 prepared, out = sys.argv[1], sys.argv[2]
 results = {}
-for strategy, precision in [("mirrored", "float32"), ("central_storage", "mixed_bfloat16"), ("mirrored", "mixed_float16")]:
+for strategy, precision, *extra in [("mirrored", "float32"), ("central_storage", "mixed_bfloat16"),
+                                    ("mirrored", "mixed_float16"), ("mirrored", "float32", "lookahead")]:
+    lookahead = ["train.optimizer.lookahead_every=2"] if extra else []  # synced in cross-replica context
     cfg = config.compose(["model.filters=[4]", "model.dense_units=8", "train.batch_size_per_replica=2",
                           "train.epochs=3", "train.optimizer.learning_rate=0.01", f"strategy={strategy}",
-                          f"precision={precision}", "train.lr_scaling=linear"], config_dir=sys.argv[3])
-    r = training.train(cfg, prepared_dir=prepared, output_dir=f"{out}/{strategy}-{precision}")
+                          f"precision={precision}", "train.lr_scaling=linear", *lookahead], config_dir=sys.argv[3])
+    key = "-".join([strategy, precision, *extra])
+    r = training.train(cfg, prepared_dir=prepared, output_dir=f"{out}/{key}")
     import tensorflow as tf
     fn = tf.saved_model.load(str(r.saved_model_dir)).signatures["serving_default"]
     probs = fn(image=tf.zeros([2, 32, 32, 3], tf.uint8))["probabilities"]
-    results[f"{strategy}-{precision}"] = {"strategy": r.strategy, "losses": [h["epoch_train_loss"] for h in r.history],
+    results[key] = {"strategy": r.strategy, "losses": [h["epoch_train_loss"] for h in r.history],
         "global_batch": r.global_batch_size, "out_dtype": probs.dtype.name, "precision": r.precision,
         "steps": r.steps, "examples": [round(h["epoch_examples_per_sec"] * h["epoch_seconds"]) for h in r.history]}
 print("RESULT " + json.dumps(results))
@@ -141,6 +144,7 @@ def local_multi_replica(prepared_image, tmp_path_factory):
         ("mirrored-float32", "MirroredStrategy"),
         ("central_storage-mixed_bfloat16", "CentralStorageStrategy"),
         ("mirrored-mixed_float16", "MirroredStrategy"),
+        ("mirrored-float32-lookahead", "MirroredStrategy"),
     ],
 )
 def test_local_multi_replica_strategies_train_on_logical_cpus(local_multi_replica, key, cls):
@@ -150,7 +154,7 @@ def test_local_multi_replica_strategies_train_on_logical_cpus(local_multi_replic
     assert r["global_batch"] == 4  # 2 per replica x 2 replicas
     assert r["losses"][-1] < r["losses"][0], r["losses"]
     assert r["out_dtype"] == "float32"
-    assert r["precision"] == key.split("-", 1)[1]
+    assert r["precision"] == key.split("-")[1]
     # Throughput counts the examples the steps read: the train split's records, counted here from the shards
     # with plain tf.data, in whole global batches of 4 (remainder dropped), every epoch.
     records = _train_records(local_multi_replica["prepared_dir"])
