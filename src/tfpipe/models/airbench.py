@@ -60,6 +60,11 @@ class Whitening(layers.Layer):
         return {**super().get_config(), "size": self.size}
 
 
+def torch_default_init(seed=None) -> keras.initializers.Initializer:
+    """PyTorch's default Conv / Linear initialisation: uniform within 1/sqrt(fan_in), as airbench starts from."""
+    return keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform", seed=seed)
+
+
 @keras.saving.register_keras_serializable(package="tfpipe")
 class PartialIdentity(keras.initializers.Initializer):
     """PyTorch's default conv initialisation (uniform, limit 1/sqrt(fan_in)) with the first in_channels filters
@@ -69,8 +74,7 @@ class PartialIdentity(keras.initializers.Initializer):
         self.seed = seed
 
     def __call__(self, shape, dtype=None):
-        base = keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform", seed=self.seed)
-        kernel = base(shape, dtype="float32")
+        kernel = torch_default_init(self.seed)(shape, dtype="float32")
         kh, kw, cin, cout = shape
         eye = np.zeros(shape, dtype="float32")
         n = min(cin, cout)
@@ -178,10 +182,12 @@ def build_airbench(cfg, num_classes: int, normalization: dict) -> keras.Model:
             x, int(w), f"block{i}", float(m.bn_momentum), math.sqrt(m.bias_lr_scale), seed + 10 * i
         )
     x = layers.GlobalMaxPooling2D(name="pool")(x)
-    # PyTorch's default Linear initialisation (uniform, limit 1/sqrt(fan_in)), as airbench's classifier starts.
-    head_init = keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform", seed=seed)
     x = layers.Dense(
-        num_classes, use_bias=False, kernel_initializer=head_init, dtype="float32", name="logits"
+        num_classes,
+        use_bias=False,
+        kernel_initializer=torch_default_init(seed),
+        dtype="float32",
+        name="logits",
     )(x)
     x = layers.Rescaling(float(m.logit_scale), dtype="float32", name="logit_scale")(x)
     x = TTAMerge(int(m.tta_level), dtype="float32", name="tta_merge")(x)

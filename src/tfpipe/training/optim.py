@@ -64,8 +64,13 @@ def lr_scale(train_cfg, replicas: int) -> float:
     return float(max(int(replicas), 1)) if train_cfg.lr_scaling == "linear" else 1.0
 
 
+def total_steps(train_cfg, steps_per_epoch: int) -> int:
+    """Optimizer steps in the whole run (what the schedule and lookahead's ramp span)."""
+    return max(int(steps_per_epoch) * int(train_cfg.epochs), 1)
+
+
 def make_lr_schedule(train_cfg, steps_per_epoch: int, scale: float = 1.0) -> WarmupSchedule:
-    total = max(int(steps_per_epoch) * int(train_cfg.epochs), 1)
+    total = total_steps(train_cfg, steps_per_epoch)
     warmup = int(round(train_cfg.lr_schedule.warmup_epochs * steps_per_epoch))
     peak = train_cfg.optimizer.learning_rate * scale
     sched = train_cfg.lr_schedule

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tfpipe import precision
 from tfpipe.training.lookahead import Lookahead
-from tfpipe.training.optim import make_lr_schedule, make_optimizer
+from tfpipe.training.optim import make_lr_schedule, make_optimizer, total_steps
 
 
 def value(x) -> float:
@@ -38,7 +38,7 @@ class Steps:
             # Build now: the checkpoint then restores into existing slots, and LossScaleOptimizer's
             # scale_loss reads its dynamic variable (not the initial constant) inside the step.
             self.optimizer.build(self.model.trainable_variables)
-            self.lookahead = Lookahead.from_config(self.model, tc, steps_per_epoch * tc.epochs)
+            self.lookahead = Lookahead.from_config(self.model, tc, total_steps(tc, steps_per_epoch))
             self.loss_fn = task.build_loss()
             self.epoch_loss = keras.metrics.Mean(name="epoch_loss")
             self.epoch_acc = keras.metrics.SparseCategoricalAccuracy(name="epoch_accuracy")
