@@ -14,6 +14,7 @@ from test_resume_augmentation import SignalAtStep  # a sink raising SIGTERM at a
 
 from tfpipe import config, interrupts, models, training
 from tfpipe.models.airbench import ScaledBias
+from tfpipe.models.image import RandomFlipCrop
 from tfpipe.training.lookahead import Lookahead
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,6 +142,41 @@ def test_lookahead_averages_weights_and_batchnorm_statistics_every_n_steps_on_ai
     np.testing.assert_allclose(dense.kernel.numpy(), kernel + (1 - decay), rtol=1e-6)
 
 
+def test_alternating_flips_mirror_each_image_every_other_epoch_from_its_own_start():
+    layer = RandomFlipCrop(pad=0, seed=0, alternate=True)
+    images = _smooth_images(16)
+
+    def mirrored(batch, epoch):
+        layer.set_epoch(epoch)
+        out = layer(batch, training=True).numpy()
+        flips = np.array([np.array_equal(o, b[:, ::-1]) for o, b in zip(out, batch)])
+        assert all(f or np.array_equal(o, b) for f, o, b in zip(flips, out, batch))  # as is, or its mirror
+        return flips
+
+    first, second, third = mirrored(images, 0), mirrored(images, 1), mirrored(images, 2)
+    assert (first != second).all() and (first == third).all()  # every other epoch
+    # The start is the parity of the image's pixel sum: its own, wherever it sits in a batch.
+    np.testing.assert_array_equal(first, images.reshape(16, -1).sum(axis=1) % 2 == 1)
+    assert 0 < first.sum() < 16
+    order = np.random.default_rng(1).permutation(16)
+    np.testing.assert_array_equal(mirrored(images[order], 0), first[order])
+    np.testing.assert_array_equal(layer(images, training=False).numpy(), images)  # inference: untouched
+
+
+def test_the_whitening_bias_leaves_the_trainable_variables_from_its_last_epoch_on():
+    model = models.build_model(
+        _cfg("model.widths=[8,8,8]", "model.whiten_bias_epochs=3"), num_classes=10, normalization=NORM
+    )
+    whiten = model.get_layer("whiten")
+
+    def trained():
+        return any(v is whiten.bias for v in model.trainable_variables)
+
+    assert trained() and whiten.set_epoch(2) is False and trained()  # epochs 0-2 train it
+    assert whiten.set_epoch(3) is True and not trained()  # changed: the step must be traced anew
+    assert whiten.set_epoch(4) is False and not trained()
+
+
 def test_bad_airbench_values_are_refused_in_one_line():
     from tfpipe.errors import ConfigError
 
@@ -149,6 +185,8 @@ def test_bad_airbench_values_are_refused_in_one_line():
         ("model.widths=[]", "model.widths"),
         ("model.bn_momentum=1.5", "model.bn_momentum"),
         ("model.dense_units=16", "model.dense_units=16"),
+        ("model.whiten_bias_epochs=-1", "model.whiten_bias_epochs=-1"),
+        ("model.alternate_flips=true model.flip=false", "model.alternate_flips=true: needs model.flip=true"),
         ("train.optimizer.ema_momentum=1.0", "train.optimizer.ema_momentum"),
         ("train.optimizer.lookahead_every=-1", "train.optimizer.lookahead_every"),
         ("train.optimizer.lookahead_momentum=1.0", "train.optimizer.lookahead_momentum"),
@@ -158,7 +196,7 @@ def test_bad_airbench_values_are_refused_in_one_line():
         ),
     ]:
         with pytest.raises(ConfigError, match=key.replace("[", r"\[")):
-            _cfg(override)
+            _cfg(*override.split())
 
 
 def _train(prepared, out, *overrides, sink=None):
@@ -214,3 +252,30 @@ def test_the_preset_trains_ends_on_the_weight_average_and_resumes_it_bit_identic
         _train(prepared_image, out, *args, sink=SignalAtStep(7))
     resumed = _train(prepared_image, out, *args)
     assert resumed.resumed and resumed.resumed_at_step == 7 and resumed.weights_sha256 == full.weights_sha256
+
+
+@pytest.mark.slow
+def test_the_whitening_bias_stays_after_its_epochs_and_flips_follow_the_epoch_also_when_resumed(
+    prepared_image, tmp_path
+):
+    # A constant learning rate and no weight average: epoch 1 of a 2-epoch run is a 1-epoch run, step for step.
+    args = (
+        "train.lr_schedule.name=constant",
+        "train.optimizer.lookahead_every=0",
+        "model.alternate_flips=true",
+    )
+    one = _exported(_train(prepared_image, tmp_path / "one", *args, "train.epochs=1"))
+    two = ("train.epochs=2", "model.whiten_bias_epochs=1", "train.log_every_steps=1")
+    frozen = _train(prepared_image, tmp_path / "frozen", *args, *two)
+    trained = _exported(_train(prepared_image, tmp_path / "trained", *args, "train.epochs=2"))
+    after = _exported(frozen)
+    np.testing.assert_array_equal(after["whiten/bias"], one["whiten/bias"])  # not trained in epoch 2
+    assert not np.array_equal(trained["whiten/bias"], one["whiten/bias"])  # trained without the freeze
+    assert not np.array_equal(after["block1_conv1/kernel"], one["block1_conv1/kernel"])  # the rest trained on
+    assert int(after["augment/epoch"]) == 2  # the flips' epoch followed the loop's (set after each epoch)
+    # Stopped by SIGTERM in epoch 2 (step 7) and resumed: the bias is frozen again, the end bit-identical.
+    out = tmp_path / "resumed"
+    with interrupts.graceful_stop(), pytest.raises(interrupts.Interrupted):
+        _train(prepared_image, out, *args, *two, sink=SignalAtStep(7))
+    resumed = _train(prepared_image, out, *args, *two)
+    assert resumed.resumed_at_step == 7 and resumed.weights_sha256 == frozen.weights_sha256

@@ -19,7 +19,9 @@ class AirbenchConfig(ModelConfig):
     bias_lr_scale: float = 64.0  # BatchNorm biases learn this many times faster (ScaledBias)
     logit_scale: float = 0.111111  # the logits' multiplier (airbench's 1/9)
     whitening_examples: int = 5000  # train images whose 2x2 patches set the whitening kernel
+    whiten_bias_epochs: int = 0  # the whitening bias trains this many epochs, then stays (0: all of them)
     flip: bool = True  # random mirror images while training
+    alternate_flips: bool = False  # each image mirrored every other epoch (airbench's scheme), not at random
     translate: int = 2  # random translation by up to this many pixels while training (0: none)
     tta_level: int = 2  # test-time views: 0 none, 1 + mirror, 2 + one-pixel translations
 
@@ -36,5 +38,10 @@ class AirbenchConfig(ModelConfig):
         positive("model.logit_scale", self.logit_scale)
         positive("model.whitening_examples", self.whitening_examples)
         non_negative("model.translate", self.translate)
+        non_negative("model.whiten_bias_epochs", self.whiten_bias_epochs)
+        if self.alternate_flips and not self.flip:
+            raise ConfigError(
+                "model.alternate_flips=true: needs model.flip=true (it says how images are flipped)"
+            )
         if self.tta_level not in (0, 1, 2):
             raise ConfigError(f"model.tta_level={self.tta_level!r}: allowed: 0, 1, 2")

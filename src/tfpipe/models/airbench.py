@@ -4,8 +4,9 @@ A 2x2 patch-whitening convolution whose kernel is computed from the train split 
 `fit_to_train_split` before training), then per entry of model.widths a group conv3x3 -> maxpool -> BN -> GELU
 -> conv3x3 -> BN -> GELU, a 3x3 max pool and a linear classifier scaled by 1/9. BatchNorm has no trained scale,
 and its bias learns model.bias_lr_scale times faster. Convolutions start as partial identities. Training flips
-and translates the images; inference averages the logits over the mirror image and (tta_level 2) one-pixel
-translations. Everything serving needs (scaling, normalisation, test-time augmentation) is inside the model.
+(model.alternate_flips: each image every other epoch) and translates the images; inference averages the logits
+over the mirror image and (tta_level 2) one-pixel translations. Everything serving needs (scaling,
+normalisation, test-time augmentation) is inside the model.
 """
 
 from __future__ import annotations
@@ -40,11 +41,12 @@ class ScaledBias(layers.Layer):
 
 class Whitening(layers.Layer):
     """A size x size 'valid' convolution onto 2 x size^2 x channels maps. Its kernel (not trained) is set from the
-    data by `fit_whitening`; its bias is trained."""
+    data by `fit_whitening`; its bias is trained for the first `bias_epochs` epochs (0: the whole run)."""
 
-    def __init__(self, size: int = 2, **kwargs):
+    def __init__(self, size: int = 2, bias_epochs: int = 0, **kwargs):
         super().__init__(**kwargs)
         self.size = int(size)
+        self.bias_epochs = int(bias_epochs)
 
     def build(self, input_shape):
         k, c = self.size, int(input_shape[-1])
@@ -56,8 +58,16 @@ class Whitening(layers.Layer):
     def call(self, x):
         return ops.conv(x, ops.cast(self.kernel, x.dtype), padding="valid") + ops.cast(self.bias, x.dtype)
 
+    def set_epoch(self, epoch: int) -> bool:
+        """Called before each epoch (tfpipe.training.epochs): the bias stops training from epoch `bias_epochs` on,
+        as airbench freezes it after 3. True when its trainability changed (the train step is traced anew)."""
+        trainable = not self.bias_epochs or epoch < self.bias_epochs
+        changed = self.bias.trainable != trainable
+        self.bias.trainable = trainable
+        return changed
+
     def get_config(self):
-        return {**super().get_config(), "size": self.size}
+        return {**super().get_config(), "size": self.size, "bias_epochs": self.bias_epochs}
 
 
 def torch_default_init(seed=None) -> keras.initializers.Initializer:
@@ -167,14 +177,18 @@ def build_airbench(cfg, num_classes: int, normalization: dict) -> keras.Model:
     inputs = keras.Input(shape=(height, width, channels), dtype="uint8", name="image")
     x = inputs
     if m.translate or m.flip:
-        x = RandomFlipCrop(pad=int(m.translate), flip=bool(m.flip), seed=int(cfg.train.seed), name="augment")(
-            x
-        )
+        x = RandomFlipCrop(
+            pad=int(m.translate),
+            flip=bool(m.flip),
+            seed=int(cfg.train.seed),
+            alternate=bool(m.alternate_flips),
+            name="augment",
+        )(x)
     x = layers.Rescaling(1.0 / 255.0, name="rescale")(x)
     mean, std = list(normalization["mean"]), list(normalization["std"])
     x = layers.Normalization(mean=mean, variance=[s * s for s in std], name="normalize")(x)
     x = TTAExpand(int(m.tta_level), name="tta_expand")(x)
-    x = Whitening(2, name="whiten")(x)
+    x = Whitening(2, bias_epochs=int(m.whiten_bias_epochs), name="whiten")(x)
     x = layers.Activation("gelu", name="whiten_gelu")(x)
     seed = int(cfg.train.seed)
     for i, w in enumerate(m.widths, start=1):

@@ -35,20 +35,35 @@ def build_cnn(cfg, num_classes: int) -> keras.Model:
 
 class RandomFlipCrop(layers.Layer):
     """Training-only augmentation on uint8 images: a random horizontal flip (unless flip=False) and a random crop
-    of the image reflect-padded by `pad` pixels (per example). Identity at inference, so serving is unchanged."""
+    of the image reflect-padded by `pad` pixels (per example). Identity at inference, so serving is unchanged.
+    alternate=True flips as airbench94 does: each image mirrored every other epoch, starting from a fixed per-image
+    choice, here the parity of its pixel sum (the layer holds the epoch; `set_epoch` is called before each)."""
 
-    def __init__(self, pad: int = 4, seed=None, flip: bool = True, **kwargs):
+    def __init__(self, pad: int = 4, seed=None, flip: bool = True, alternate: bool = False, **kwargs):
         super().__init__(autocast=False, **kwargs)
         self.pad = int(pad)
         self.flip = bool(flip)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
+        self.alternate = bool(alternate)
+        if self.alternate:
+            self.epoch = self.add_weight(
+                shape=(), dtype="int32", initializer="zeros", trainable=False, name="epoch"
+            )
+
+    def set_epoch(self, epoch: int) -> bool:
+        if self.alternate:
+            self.epoch.assign(epoch)
+        return False  # no trainable variable changed
 
     def call(self, images, training=None):
         import tensorflow as tf
 
         if not training:
             return images
+        if self.alternate:  # from the image as it came, before the crop
+            parity = tf.reduce_sum(tf.cast(images, tf.int32), axis=[1, 2, 3]) + tf.cast(self.epoch, tf.int32)
+            alternate_flip = tf.reshape(tf.math.floormod(parity, 2) == 1, (-1, 1, 1, 1))
         shape = tf.shape(images)
         batch, height, width = shape[0], shape[1], shape[2]
         p = self.pad
@@ -61,6 +76,8 @@ class RandomFlipCrop(layers.Layer):
             images = tf.gather(tf.gather(padded, rows, axis=1, batch_dims=1), cols, axis=2, batch_dims=1)
         if not self.flip:
             return images
+        if self.alternate:
+            return tf.where(alternate_flip, tf.reverse(images, axis=[2]), images)
         flip = keras.random.uniform((batch, 1, 1, 1), seed=self.seed_generator) < 0.5
         return tf.where(flip, tf.reverse(images, axis=[2]), images)
 
@@ -68,7 +85,8 @@ class RandomFlipCrop(layers.Layer):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "pad": self.pad, "seed": self.seed, "flip": self.flip}
+        config = {**super().get_config(), "pad": self.pad, "seed": self.seed, "flip": self.flip}
+        return {**config, "alternate": self.alternate}
 
 
 class FlipTTAExpand(layers.Layer):

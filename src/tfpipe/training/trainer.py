@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from tfpipe import determinism, distribute, monitoring, precision, progress
 from tfpipe.hooks import CheckpointHook, Hook, MetricsSink, SinkHook
 from tfpipe.models import warmstart
+from tfpipe.training.epochs import EpochLayersHook
 from tfpipe.training.freeze import FreezeHook
 from tfpipe.training.loop import Loop, Schedule
 from tfpipe.training.optim import lr_scale
@@ -101,6 +102,14 @@ def _final_metrics(history: list, runner) -> dict:
     }
 
 
+def _model_hooks(tc, model, runner, warm, start_epoch: int) -> list:
+    """What changes the model between epochs: a warm start's frozen layers, and layers that follow the epoch."""
+    hooks = [EpochLayersHook(model, start_epoch, runner)]
+    if warm and tc.freeze_epochs:
+        hooks.append(FreezeHook(model, warm["loaded"], tc.freeze_epochs, start_epoch, runner))
+    return hooks
+
+
 def _train(
     cfg, task, strategy, policy: str, workdir: WorkDir, sink, extra_hooks: list, init_weights
 ) -> TrainResult:
@@ -120,8 +129,7 @@ def _train(
     runner.start(steps, start_epoch, start_epoch_step)
     hooks = [SinkHook(sink)] if (sink is not None and chief) else []
     hooks += [CheckpointHook(workdir, steps), stop_hook(strategy)]
-    if warm and tc.freeze_epochs:
-        hooks.append(FreezeHook(steps.model, warm["loaded"], tc.freeze_epochs, start_epoch, runner))
+    hooks += _model_hooks(tc, steps.model, runner, warm, start_epoch)
     if chief and progress.wanted():
         hooks.append(progress.ProgressHook(tc.epochs, steps_per_epoch))
     hooks += extra_hooks + monitoring.hooks_from_config(
