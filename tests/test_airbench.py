@@ -177,6 +177,11 @@ def test_the_whitening_bias_leaves_the_trainable_variables_from_its_last_epoch_o
     assert whiten.set_epoch(4) is False and not trained()
 
 
+def test_the_preset_flips_and_freezes_the_whitening_bias_as_airbench():
+    cfg = _cfg()
+    assert cfg.model.alternate_flips is True and cfg.model.whiten_bias_epochs == 3  # airbench94's hyp
+
+
 def test_bad_airbench_values_are_refused_in_one_line():
     from tfpipe.errors import ConfigError
 
