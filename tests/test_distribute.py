@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -104,10 +105,14 @@ from tfpipe import config, training
 prepared, out = sys.argv[1], sys.argv[2]
 results = {}
 for strategy, precision, *extra in [("mirrored", "float32"), ("central_storage", "mixed_bfloat16"),
-                                    ("mirrored", "mixed_float16"), ("mirrored", "float32", "lookahead")]:
+                                    ("mirrored", "mixed_float16"), ("mirrored", "float32", "lookahead"),
+                                    ("mirrored", "float32", "airbench")]:
     lookahead = ["train.optimizer.lookahead_every=2"] if extra else []  # synced in cross-replica context
-    cfg = config.compose(["model.filters=[4]", "model.dense_units=8", "train.batch_size_per_replica=2",
-                          "train.epochs=3", "train.optimizer.learning_rate=0.01", f"strategy={strategy}",
+    model = ["model.filters=[4]", "model.dense_units=8", "train.optimizer.learning_rate=0.01"]
+    if extra == ["airbench"]:  # its flips' epoch set and its whitening bias frozen between epochs
+        model = ["experiment=cifar10_airbench", "model.widths=[4,4,4]", "model.whiten_bias_epochs=1",
+                 "train.lr_schedule.warmup_epochs=0.5", "train.tensorboard=false"]
+    cfg = config.compose([*model, "train.batch_size_per_replica=2", "train.epochs=3", f"strategy={strategy}",
                           f"precision={precision}", "train.lr_scaling=linear", *lookahead], config_dir=sys.argv[3])
     key = "-".join([strategy, precision, *extra])
     r = training.train(cfg, prepared_dir=prepared, output_dir=f"{out}/{key}")
@@ -116,7 +121,12 @@ for strategy, precision, *extra in [("mirrored", "float32"), ("central_storage",
     probs = fn(image=tf.zeros([2, 32, 32, 3], tf.uint8))["probabilities"]
     results[key] = {"strategy": r.strategy, "losses": [h["epoch_train_loss"] for h in r.history],
         "global_batch": r.global_batch_size, "out_dtype": probs.dtype.name, "precision": r.precision,
-        "steps": r.steps, "examples": [round(h["epoch_examples_per_sec"] * h["epoch_seconds"]) for h in r.history]}
+        "steps": r.steps, "examples": [round(h["epoch_examples_per_sec"] * h["epoch_seconds"]) for h in r.history],
+        "probs_sum": probs.numpy().sum(axis=1).tolist()}
+    if extra == ["airbench"]:
+        import numpy as np
+        with np.load(r.saved_model_dir / "keras_weights.npz") as npz:
+            results[key]["flip_epoch"] = int(npz["augment/epoch"])
 print("RESULT " + json.dumps(results))
 """
 
@@ -160,6 +170,15 @@ def test_local_multi_replica_strategies_train_on_logical_cpus(local_multi_replic
     records = _train_records(local_multi_replica["prepared_dir"])
     assert records == 21 and r["steps"] == 3 * (records // 4), r
     assert r["examples"] == [records // 4 * 4] * 3, r
+
+
+@pytest.mark.slow
+def test_airbench_s_epoch_layers_follow_the_epochs_under_mirrored_strategy(local_multi_replica):
+    r = local_multi_replica["mirrored-float32-airbench"]
+    assert r["strategy"]["name"] == "MirroredStrategy" and r["strategy"]["num_replicas_in_sync"] == 2
+    assert r["steps"] == 15 and all(np.isfinite(r["losses"])), r  # 3 epochs of 5 global batches of 4
+    assert r["flip_epoch"] == 3  # the mirrored epoch variable was set after each of the 3 epochs
+    np.testing.assert_allclose(r["probs_sum"], 1.0, atol=1e-4)  # the export serves (6 views inside)
 
 
 def _train_records(prepared_dir: str) -> int:
