@@ -63,7 +63,7 @@ class RandomFlipCrop(layers.Layer):
             return images
         if self.alternate:  # from the image as it came, before the crop
             parity = tf.reduce_sum(tf.cast(images, tf.int32), axis=[1, 2, 3]) + tf.cast(self.epoch, tf.int32)
-            alternate_flip = tf.reshape(tf.math.floormod(parity, 2) == 1, (-1, 1, 1, 1))
+            flip = tf.reshape(tf.math.floormod(parity, 2) == 1, (-1, 1, 1, 1))
         shape = tf.shape(images)
         batch, height, width = shape[0], shape[1], shape[2]
         p = self.pad
@@ -76,9 +76,8 @@ class RandomFlipCrop(layers.Layer):
             images = tf.gather(tf.gather(padded, rows, axis=1, batch_dims=1), cols, axis=2, batch_dims=1)
         if not self.flip:
             return images
-        if self.alternate:
-            return tf.where(alternate_flip, tf.reverse(images, axis=[2]), images)
-        flip = keras.random.uniform((batch, 1, 1, 1), seed=self.seed_generator) < 0.5
+        if not self.alternate:
+            flip = keras.random.uniform((batch, 1, 1, 1), seed=self.seed_generator) < 0.5
         return tf.where(flip, tf.reverse(images, axis=[2]), images)
 
     def compute_output_shape(self, input_shape):
