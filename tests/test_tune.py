@@ -281,15 +281,21 @@ def _done(project: Path) -> int:
 
 
 def _running_run(project: Path) -> dict | None:
-    """The tags of the run named in the project's run file when that run is RUNNING in the store, else None."""
-    from mlflow import MlflowClient
-
+    """The tags of the run named in the project's run file when that run is RUNNING in the store, else None.
+    Read straight from the store's SQLite file, giving up at once when it is locked: the caller has just frozen
+    the trial, which may hold the write lock, so a client waiting out the busy timeout would fail (as it once
+    did in CI: "database is locked"); the caller thaws the trial and asks again."""
     try:
         run_id = json.loads((project / "run.json").read_text())["run_id"]
     except (OSError, ValueError, KeyError):  # no run file, or one being written
         return None
-    run = MlflowClient(f"sqlite:///{project / 'mlflow.db'}").get_run(run_id)
-    return {**run.data.tags, "run_id": run_id} if run.info.status == "RUNNING" else None
+    try:
+        with closing(sqlite3.connect(f"file:{project / 'mlflow.db'}?mode=ro", uri=True, timeout=0.05)) as db:
+            status = db.execute("SELECT status FROM runs WHERE run_uuid = ?", (run_id,)).fetchone()
+            tags = db.execute("SELECT key, value FROM tags WHERE run_uuid = ?", (run_id,)).fetchall()
+    except sqlite3.Error:  # locked this instant
+        return None
+    return {**dict(tags), "run_id": run_id} if status == ("RUNNING",) else None
 
 
 def _signal_all(pids: list, sig: int) -> None:
