@@ -296,18 +296,10 @@ WORKERS = {"pipeline": _w_pipeline, "stage": _w_stage, "keras": _w_keras, "bare"
 
 
 def cpu_line() -> str:
-    """The CPU model and the flags that decide its speed (printed with every figure)."""
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    model = next(
-        (line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?"
-    )
-    flags = set(
-        next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
-    )
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
-    return (
-        f"CPU: {model}; flags: {' '.join(f for f in wanted if f in flags) or 'none of ' + ', '.join(wanted)}"
-    )
+    """The CPU model and what picks its kernels (flags, any oneDNN cap): printed with every figure."""
+    from tfpipe import hardware, provenance
+
+    return f"CPU: {provenance.cpu_model() or '?'}; flags: {hardware.cpu_kernels()}"
 
 
 # ----------------------------------------------------------------------------- benchmarks

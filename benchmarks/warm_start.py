@@ -29,15 +29,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 def _cpu() -> str:
-    text = Path("/proc/cpuinfo").read_text()
-    name = next(
-        (line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?"
-    )
-    flags = next(
-        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
-    )
-    shown = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    return f"{name} ({', '.join(shown) or 'no avx2'})"
+    from tfpipe import hardware, provenance
+
+    return f"{provenance.cpu_model() or '?'} ({hardware.cpu_kernels()})"
 
 
 def _folders(raw: Path, target: list, per_class: int, work: Path) -> tuple[Path, Path]:

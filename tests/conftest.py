@@ -19,15 +19,24 @@ TINY_VOCAB = ["film", "great", "awful", "the", "boring"]  # a text model's vocab
 def default_policy() -> str:
     """The policy the default config (precision=auto) should train in on this host (tagged precision.resolved),
     read from /proc/cpuinfo here, not by the code under test: no GPU on the test machines, so bf16 exactly
-    when the CPU has AMX-BF16 or AVX512-BF16."""
+    when the CPU has AMX-BF16 or AVX512-BF16 and oneDNN is not capped below them."""
     import tensorflow as tf
 
     assert not tf.config.list_physical_devices("GPU"), "the suite's expected policies assume a CPU-only host"
+    return "mixed_bfloat16" if cpu_flags() & {"amx_bf16", "avx512_bf16"} and not _bf16_capped() else "float32"
+
+
+def cpu_flags() -> set:
+    """This CPU's flags, read here rather than by the code under test."""
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    flags = {
+    return {
         f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()
     }
-    return "mixed_bfloat16" if flags & {"amx_bf16", "avx512_bf16"} else "float32"
+
+
+def _bf16_capped() -> bool:
+    below_bf16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI")
+    return os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper() in below_bf16
 
 
 @pytest.fixture(autouse=True)

@@ -84,11 +84,34 @@ def test_untouched_project_passes_the_check(audited):
     project, run_a, _ = audited
     proc = _cli("pipeline.audit", run_a, cwd=project)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for name in ("code", "data.manifest", "config", "env.tensorflow", "env.keras", "env.python"):
+    for name in (
+        "code",
+        "data.manifest",
+        "config",
+        "env.tensorflow",
+        "env.keras",
+        "env.python",
+        "env.cpu_flags",
+    ):
         assert any(line.startswith(name + " ") and " match " in line for line in proc.stdout.splitlines()), (
             proc.stdout
         )
     assert "ALL MATCH" in proc.stdout
+
+
+@pytest.mark.slow
+def test_capped_onednn_kernels_are_an_environment_difference(audited, monkeypatch):
+    """The same CPU model with oneDNN capped at AVX2 runs other kernels: the audit says so (the model name alone
+    would match, as it does between the AVX2-only and the AVX512 AMD EPYCs)."""
+    project, run_a, _ = audited
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    proc = _cli("pipeline.audit", run_a, cwd=project)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("env.cpu_flags "))
+    assert "differs" in line and "WITHIN TOLERANCE" in line, line
+    item = _by_name(audit.check(run_a, project))["env.cpu_flags"]
+    assert item.present.endswith("; ONEDNN_MAX_CPU_ISA=AVX2") and ";" not in item.recorded, item
+    assert any(line.startswith("env.cpu ") and " match " in line for line in proc.stdout.splitlines())
 
 
 @pytest.mark.slow

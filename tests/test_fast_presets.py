@@ -11,7 +11,7 @@ import tensorflow as tf
 from conftest import TINY_VOCAB as VOCAB  # noqa: E402
 from conftest import default_policy
 
-from tfpipe import config, models, precision, training
+from tfpipe import config, hardware, models, precision, training
 from tfpipe.errors import ConfigError
 from tfpipe.models.image import RandomFlipCrop
 from tfpipe.models.text import HashedNgrams
@@ -130,17 +130,28 @@ def test_onecycle_schedule_can_start_and_end_at_fractions_of_the_peak():
             _cfg(bad)
 
 
-def test_precision_auto_follows_the_cpu_flags(tmp_path):
+def test_precision_auto_follows_the_cpu_flags(tmp_path, monkeypatch):
     amx = tmp_path / "amx"
     amx.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f amx_bf16 amx_tile\n")
     plain = tmp_path / "plain"
     plain.write_text("processor\t: 0\nflags\t\t: fpu sse avx2\n")
     assert precision.cpu_has_fast_bf16(str(amx)) and not precision.cpu_has_fast_bf16(str(plain))
     assert not precision.cpu_has_fast_bf16(str(tmp_path / "missing"))
+    # oneDNN capped below AVX512_CORE_BF16 runs bf16 on slow kernels whatever the flags say
+    for cap, fast in (("avx2", False), ("AVX512_CORE", False), ("AVX512_CORE_BF16", True), ("ALL", True)):
+        assert precision.cpu_has_fast_bf16(str(amx), environ={"ONEDNN_MAX_CPU_ISA": cap}) is fast, cap
+    assert not precision.cpu_has_fast_bf16(str(amx), environ={"DNNL_MAX_CPU_ISA": "AVX512_CORE_VNNI"})
+    assert hardware.cpu_kernels(str(amx), environ={}) == "avx512f amx_bf16"
+    assert hardware.cpu_kernels(str(plain), environ={"ONEDNN_MAX_CPU_ISA": "sse41"}) == (
+        "avx2; ONEDNN_MAX_CPU_ISA=SSE41"
+    )
     assert precision.resolve_policy("float32") == "float32"
     expected = default_policy()  # read from /proc/cpuinfo by the test, not by the code under test
     assert precision.resolve_policy("auto") == expected
     assert precision.apply_policy("auto") == expected == precision.current_policy()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert precision.resolve_policy("auto") == "float32"
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     from tfpipe import tracking
 
     tags = tracking.run_tags(_cfg("precision=auto"), None, None, {})

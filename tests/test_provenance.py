@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import churning_environment
+from conftest import churning_environment, cpu_flags
 
 from tfpipe import provenance
 
@@ -118,6 +118,8 @@ def test_environment_facts():
     assert env["num_cpus"] >= 1 and env["platform"]
     if Path("/proc/cpuinfo").is_file():
         assert env["cpu"]
+    wanted = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in cpu_flags()]
+    assert env["cpu_flags"].split(";")[0].split() == wanted or not wanted
 
 
 def test_collect_is_fast_and_does_not_import_tensorflow(repo):

@@ -317,6 +317,7 @@ def test_run_tags_cover_config_strategy_data_git_dvc_and_versions(cfg, project):
             },
             "platform": "Linux",
             "cpu": "Some CPU",
+            "cpu_flags": "avx2 avx512f",
             "num_cpus": 2,
             "gpus": [],
         },
@@ -348,6 +349,7 @@ def test_run_tags_cover_config_strategy_data_git_dvc_and_versions(cfg, project):
         "mlflow_version": "3.17.2",
         "dvc_version": "3.67.1",
         "cpu": "Some CPU",
+        "cpu_flags": "avx2 avx512f",
         "strategy.name": "OneDeviceStrategy",
         "gpus": "none",
     }

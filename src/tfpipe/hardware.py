@@ -5,6 +5,7 @@ compute capability), so tracking and config code can resolve `auto` without star
 from __future__ import annotations
 
 import glob
+import os
 from typing import Optional
 
 GPU_DEVICE_FILES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")  # NVIDIA, ROCm, WSL
@@ -20,17 +21,61 @@ AUTO = "auto"  # resolved at start from the hardware (resolve_policy)
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
-def cpu_has_fast_bf16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
-    """True when the CPU advertises AMX-BF16 or AVX512-BF16 (Linux /proc/cpuinfo; False elsewhere)."""
+# oneDNN's ISA masks (dnnl_cpu_isa_t); each includes the ones below it. A cap by ONEDNN_MAX_CPU_ISA below
+# AVX512_CORE_BF16 leaves bfloat16 to slow kernels whatever the CPU advertises. oneDNN has no query for it in
+# TensorFlow's Python API, so the variable is read here. Names not listed (newer ISAs) are above the cap.
+ONEDNN_ISA_MASKS = {
+    "SSE41": 0x1,
+    "AVX": 0x3,
+    "AVX2": 0x7,
+    "AVX2_VNNI": 0xF,
+    "AVX2_VNNI_2": 0x1F,
+    "AVX512_CORE": 0x27,
+    "AVX512_CORE_VNNI": 0x67,
+    "AVX512_CORE_BF16": 0xE7,
+}
+
+
+def onednn_isa_cap(environ=None) -> Optional[str]:
+    """The ISA oneDNN is capped at by ONEDNN_MAX_CPU_ISA (or its old name DNNL_MAX_CPU_ISA), None if not."""
+    environ = os.environ if environ is None else environ
+    value = (environ.get("ONEDNN_MAX_CPU_ISA") or environ.get("DNNL_MAX_CPU_ISA") or "").strip().upper()
+    return value if value not in ("", "ALL", "DEFAULT") else None
+
+
+# The CPU flags that pick oneDNN's kernels on the machines this project meets, and so the speed and the last
+# bits of a result: AVX2-only, AVX-512, AVX512-BF16, AMX.
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+
+
+def cpu_flags(cpuinfo_path: str = "/proc/cpuinfo") -> set:
+    """The CPU's flags from Linux /proc/cpuinfo (empty elsewhere)."""
     try:
         with open(cpuinfo_path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return any(flag in flags for flag in BF16_CPU_FLAGS)
+                    return set(line.split(":", 1)[1].split())
     except OSError:
+        pass
+    return set()
+
+
+def cpu_kernels(cpuinfo_path: str = "/proc/cpuinfo", environ=None) -> str:
+    """Which kernels this CPU runs, for run records and benchmark headers: its SPEED_FLAGS, and oneDNN's cap if
+    set, e.g. "avx2 avx512f avx512_bf16" or "avx2 avx512f avx512_bf16; ONEDNN_MAX_CPU_ISA=AVX2"."""
+    flags = cpu_flags(cpuinfo_path)
+    text = " ".join(f for f in SPEED_FLAGS if f in flags) or "none of " + ", ".join(SPEED_FLAGS)
+    cap = onednn_isa_cap(environ)
+    return f"{text}; ONEDNN_MAX_CPU_ISA={cap}" if cap else text
+
+
+def cpu_has_fast_bf16(cpuinfo_path: str = "/proc/cpuinfo", environ=None) -> bool:
+    """True when the CPU advertises AMX-BF16 or AVX512-BF16 (Linux /proc/cpuinfo; False elsewhere) and oneDNN
+    is not capped below AVX512_CORE_BF16. `environ`: another process's environment (default: this one's)."""
+    mask = ONEDNN_ISA_MASKS.get(onednn_isa_cap(environ) or "")
+    if mask is not None and mask & 0xE7 != 0xE7:
         return False
-    return False
+    return any(flag in cpu_flags(cpuinfo_path) for flag in BF16_CPU_FLAGS)
 
 
 def gpu_details() -> list[dict]:
@@ -55,8 +100,8 @@ def gpus_have_bf16(details: Optional[list] = None) -> Optional[bool]:
 
 def resolve_policy(name: str, *, details: Optional[list] = None, cpuinfo_path: str = "/proc/cpuinfo") -> str:
     """`auto` -> mixed_bfloat16 on GPUs with bf16 (compute capability >= 8.0) or, without GPUs, on CPUs with
-    AMX/AVX512-BF16 (1.37x on cnn, 1.51x on resnet on the AMX machine; 1.42x on cnn on an AMD EPYC with
-    AVX512-BF16 and no AMX: docs/benchmarks.md); float32 otherwise.
+    AMX/AVX512-BF16 that ONEDNN_MAX_CPU_ISA does not cap below them (1.37x on cnn, 1.51x on resnet on the AMX
+    machine; 1.42x on cnn on an AMD EPYC with AVX512-BF16 and no AMX: docs/benchmarks.md); float32 otherwise.
     Other names as given. `details` / `cpuinfo_path`: another host's GPUs / CPU flags (default: this host's)."""
     if name != AUTO:
         return name

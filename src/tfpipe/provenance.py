@@ -24,6 +24,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Optional
 
+from tfpipe import hardware
+
 GIT_TIMEOUT_S = 10
 MAX_DIFF_CHARS = 1_000_000  # a runaway diff (e.g. a committed data file rewritten) is cut here
 # files that hold credentials by convention: never in the recorded diff (`git.diff_excluded` lists the
@@ -71,7 +73,8 @@ def collect(project_root: str | os.PathLike) -> dict:
               "diff_excluded": [path]},
       "dvc_lock": {"present": bool, "content": str|None, "stages": {stage: sha256-hex}},
       "environment": {"python": "3.11.7", "packages": {"tensorflow": "2.21.0", ...},
-                      "platform": str, "cpu": str|None, "num_cpus": int, "gpus": [str]|None},
+                      "platform": str, "cpu": str|None, "cpu_flags": str, "num_cpus": int,
+                      "gpus": [str]|None},
     }
     `git.*` is None outside a git work tree (or without git). `gpus` is None when TensorFlow
     was not imported yet (not probed, to stay fast).
@@ -232,6 +235,7 @@ def environment() -> dict:
         "packages": package_versions(),
         "platform": platform.platform(),
         "cpu": cpu_model(),
+        "cpu_flags": hardware.cpu_kernels(),  # the model name alone does not tell AVX2-only from AVX512 EPYCs
         "num_cpus": num_cpus,
         "gpus": gpus(),
     }

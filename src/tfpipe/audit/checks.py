@@ -218,17 +218,11 @@ def _check_environment(run: dict, env: dict) -> list:
                 detail + (f" (+{len(changed) - 5} more)" if len(changed) > 5 else ""),
             )
         )
-    if tags.get("cpu"):
-        same = tags["cpu"] == str(env.get("cpu"))
-        items.append(
-            Item(
-                "env.cpu",
-                MATCH if same else DIFFERS,
-                tags["cpu"],
-                str(env.get("cpu")),
-                "" if same else "another CPU model: expect WITHIN TOLERANCE, not bit-identical",
-            )
-        )
+    for key, other in (("cpu", "another CPU model"), ("cpu_flags", "other CPU kernels")):
+        if tags.get(key):  # runs recorded before the cpu_flags tag have none
+            same = tags[key] == str(env.get(key))
+            note = "" if same else f"{other}: expect WITHIN TOLERANCE, not bit-identical"
+            items.append(Item(f"env.{key}", MATCH if same else DIFFERS, tags[key], str(env.get(key)), note))
     return items
 
 

@@ -168,7 +168,9 @@ def _report(run_id: str, run: dict, new: dict, verdict: str, diffs: list, n: int
         },
         "metrics_compared": n,
         "differences": [{"metric": k, "recorded": a, "rerun": b, "abs_diff": d} for k, a, b, d in diffs],
-        "rerun_environment": {k: new["tags"].get(k) for k in ("python_version", *ENV_TAGS, "cpu")},
+        "rerun_environment": {
+            k: new["tags"].get(k) for k in ("python_version", *ENV_TAGS, "cpu", "cpu_flags")
+        },
     }
 
 

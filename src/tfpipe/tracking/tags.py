@@ -125,7 +125,12 @@ def _environment_tags(env: dict) -> dict:
     ):
         if packages.get(package):
             tags[tag] = packages[package]
-    for tag, key in (("platform", "platform"), ("cpu", "cpu"), ("num_cpus", "num_cpus")):
+    for tag, key in (
+        ("platform", "platform"),
+        ("cpu", "cpu"),
+        ("cpu_flags", "cpu_flags"),
+        ("num_cpus", "num_cpus"),
+    ):
         if env.get(key) not in (None, ""):
             tags[tag] = env[key]
     if env.get("gpus") is not None:
