@@ -23,7 +23,7 @@ ENV_ALLOW = {
     "PYTHONPATH",
     "PYTHONHASHSEED",
 }
-ENV_ALLOW_PREFIXES = ("LC_", "TF_", "OMP_", "KMP_", "CUDA_VISIBLE_DEVICES")
+ENV_ALLOW_PREFIXES = ("LC_", "TF_", "OMP_", "KMP_", "ONEDNN_", "DNNL_", "CUDA_VISIBLE_DEVICES")
 ENV_SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|_KEY|AUTH", re.IGNORECASE)
 # Files whose edit changes what the rerun executes or where it writes: never taken from a recorded diff.
 PROTECTED = ("dvc.yaml", "dvc.lock", ".dvc/", ".git", ".gitmodules", "MLproject", "pipeline/", "scripts/")
@@ -32,8 +32,9 @@ ANCHORS = ("data", "models", "metrics", "plots", "runs", "checkpoints", "logs", 
 
 
 def stage_env(environ: dict, passed: tuple = ()) -> dict:
-    """The rerun's environment: an allowlist (locale, paths, TF/OMP thread settings) plus names passed
-    explicitly; everything else, credentials included, is dropped."""
+    """The rerun's environment: an allowlist (locale, paths, TF/OMP thread settings, oneDNN's kernel settings
+    such as ONEDNN_MAX_CPU_ISA) plus names passed explicitly; everything else, credentials included, is
+    dropped."""
     out = {}
     for name, value in environ.items():
         allowed = name in ENV_ALLOW or name.startswith(ENV_ALLOW_PREFIXES)
