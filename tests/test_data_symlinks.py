@@ -251,3 +251,29 @@ def test_real_image_over_a_lowered_pixel_cap_is_skipped_and_named(image_copy, ma
     expected = [f"train/{cls}/0003.png" for cls in ("blue", "green", "red")]  # i=3 of 0..7; test has 0..2
     assert manifest["skipped_files"]["count"] == 3
     assert sorted(manifest["skipped_files"]["examples"]) == expected
+
+
+def test_git_ignores_raw_data_as_folders_files_or_symlinks_but_not_dvc_files(tmp_path, image_dir):
+    """data/raw/.gitignore keeps a raw data set out of git however it got there (a symlink to an extracted
+    archive once went into a commit under the old `/*/` rule, which matches folders only), while the .dvc
+    file of `dvc add data/raw/<name>` stays committable."""
+    import subprocess
+
+    raw = tmp_path / "data" / "raw"
+    raw.mkdir(parents=True)
+    shutil.copy(ROOT / "data" / "raw" / ".gitignore", raw / ".gitignore")
+    (raw / "linked").symlink_to(image_dir, target_is_directory=True)
+    shutil.copytree(image_dir, raw / "copied")
+    (raw / "archive.tar.gz").write_bytes(b"x")
+    (raw / "pets.dvc").write_text("outs:\n- path: pets\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert sorted(line[3:] for line in out.stdout.splitlines()) == [
+        "data/raw/.gitignore",
+        "data/raw/pets.dvc",
+    ]
