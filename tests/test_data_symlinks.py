@@ -254,9 +254,9 @@ def test_real_image_over_a_lowered_pixel_cap_is_skipped_and_named(image_copy, ma
 
 
 def test_git_ignores_raw_data_as_folders_files_or_symlinks_but_not_dvc_files(tmp_path, image_dir):
-    """data/raw/.gitignore keeps a raw data set out of git however it got there (a symlink to an extracted
-    archive once went into a commit under the old `/*/` rule, which matches folders only), while the .dvc
-    file of `dvc add data/raw/<name>` stays committable."""
+    """The .gitignore files keep raw data and outputs out of git however they got there (a symlink to an
+    extracted archive once went into a commit under the old `/*/` rule, which matches folders only), while the
+    .dvc file of `dvc add data/raw/<name>` stays committable."""
     import subprocess
 
     raw = tmp_path / "data" / "raw"
@@ -266,6 +266,9 @@ def test_git_ignores_raw_data_as_folders_files_or_symlinks_but_not_dvc_files(tmp
     shutil.copytree(image_dir, raw / "copied")
     (raw / "archive.tar.gz").write_bytes(b"x")
     (raw / "pets.dvc").write_text("outs:\n- path: pets\n")
+    shutil.copy(ROOT / ".gitignore", tmp_path / ".gitignore")  # outputs, symlinked to a big disk, too
+    for output in ("data/prepared", "models", "mlruns"):
+        (tmp_path / output).symlink_to(image_dir, target_is_directory=True)
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     out = subprocess.run(
         ["git", "status", "--porcelain", "--untracked-files=all"],
@@ -273,7 +276,5 @@ def test_git_ignores_raw_data_as_folders_files_or_symlinks_but_not_dvc_files(tmp
         capture_output=True,
         text=True,
     )
-    assert sorted(line[3:] for line in out.stdout.splitlines()) == [
-        "data/raw/.gitignore",
-        "data/raw/pets.dvc",
-    ]
+    listed = sorted(line[3:] for line in out.stdout.splitlines())
+    assert listed == [".gitignore", "data/raw/.gitignore", "data/raw/pets.dvc"]
