@@ -30,7 +30,14 @@ NO_DATA = ["data.path=/nonexistent/tfpipe/raw", "data.output_dir=/nonexistent/tf
 IN_PROCESS_SECONDS = (
     10.0  # generous (shared 2-core machine); "refused before the stage ran" is the order asserted
 )
-ENV_TO_CLEAR = ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "TF_CONFIG", "TFPIPE_DEBUG", "TPU_NAME")
+ENV_TO_CLEAR = (
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_RUN_ID",
+    "TF_CONFIG",
+    "TFPIPE_DEBUG",
+    "TPU_NAME",
+    "ONEDNN_MAX_CPU_ISA",
+)
 
 
 def _closed_port() -> int:
@@ -387,6 +394,12 @@ BAD_HOST = [
         {},
         ["strategy=tpu"],
         ["strategy.name='tpu'", "no local TPU", "allowed: strategy.tpu=<TPU name or grpc://address>"],
+    ),
+    (
+        "bf16 with oneDNN capped at AVX2",
+        {"ONEDNN_MAX_CPU_ISA": "avx2"},
+        ["precision=mixed_bfloat16"],
+        ["precision.policy=mixed_bfloat16", "ONEDNN_MAX_CPU_ISA=AVX2", "allowed: precision.policy=float32"],
     ),
     (
         "TF_CONFIG not JSON",

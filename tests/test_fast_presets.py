@@ -151,6 +151,12 @@ def test_precision_auto_follows_the_cpu_flags(tmp_path, monkeypatch):
     assert precision.apply_policy("auto") == expected == precision.current_policy()
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert precision.resolve_policy("auto") == "float32"
+    with pytest.raises(ConfigError, match="ONEDNN_MAX_CPU_ISA=AVX2 leaves oneDNN without bfloat16 kernels"):
+        precision.apply_policy("mixed_bfloat16")  # not through the CLI's preflight either
+    assert precision.current_policy() == expected
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")  # bf16 kernels, emulated: allowed, not auto
+    assert precision.resolve_policy("auto") == "float32"
+    assert hardware.bf16_refusal("mixed_bfloat16") is None and hardware.bf16_refusal("float32") is None
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     from tfpipe import tracking
 

@@ -43,6 +43,23 @@ def onednn_isa_cap(environ=None) -> Optional[str]:
     return value if value not in ("", "ALL", "DEFAULT") else None
 
 
+def bf16_refusal(policy: str, environ=None) -> Optional[str]:
+    """The one-line refusal of mixed_bfloat16 on a host without GPUs whose ONEDNN_MAX_CPU_ISA is below
+    AVX512_CORE, else None. oneDNN has no bfloat16 kernels there, but TensorFlow still hands it bfloat16 layers
+    on a CPU with AVX-512 (it asks the CPU, not the cap): the first convolution or dense layer fails ("could
+    not create a primitive descriptor", seen with TF 2.21 at AVX2 on an AVX512-BF16 EPYC; float32 and
+    mixed_float16 run)."""
+    cap = onednn_isa_cap(environ)
+    mask = ONEDNN_ISA_MASKS.get(cap or "")
+    if policy != "mixed_bfloat16" or mask is None or mask & 0x27 == 0x27 or has_gpu_device_files():
+        return None
+    return (
+        f"precision.policy=mixed_bfloat16: ONEDNN_MAX_CPU_ISA={cap} leaves oneDNN without bfloat16 kernels "
+        "(TensorFlow would fail in the first layer); allowed: precision.policy=float32, or unset "
+        "ONEDNN_MAX_CPU_ISA or set it to AVX512_CORE or above"
+    )
+
+
 # The CPU flags that pick oneDNN's kernels on the machines this project meets, and so the speed and the last
 # bits of a result: AVX2-only, AVX-512, AVX512-BF16, AMX.
 SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")

@@ -18,10 +18,12 @@ import warnings
 import keras
 import tensorflow as tf
 
+from tfpipe.errors import ConfigError
 from tfpipe.hardware import (  # noqa: F401 - re-exported: precision.resolve_policy etc.
     AUTO,
     BF16_CPU_FLAGS,
     POLICIES,
+    bf16_refusal,
     cpu_has_fast_bf16,
     gpus_have_bf16,
     resolve_policy,
@@ -35,6 +37,9 @@ def apply_policy(precision_cfg) -> str:
     name = resolve_policy(getattr(precision_cfg, "policy", precision_cfg))
     if name not in POLICIES:
         raise ValueError(f"precision.policy={name!r}: unknown policy; valid names: {', '.join(POLICIES)}")
+    refusal = bf16_refusal(name)
+    if refusal:
+        raise ConfigError(refusal)
     if name == "mixed_float16" and not tf.config.list_physical_devices("GPU"):
         warnings.warn(
             "precision.policy=mixed_float16 on a host without a GPU: float16 compute is slow on CPU "

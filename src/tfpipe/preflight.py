@@ -12,6 +12,8 @@ failure one `UserError` line naming the key, the value and what is allowed:
   named). E.g. `/gpu:0` with `precision=mixed_float16` on a host without a GPU stops here.
 - TPU (train): strategy=tpu without `strategy.tpu` needs a local TPU (a TPU VM's /dev/accel* or /dev/vfio
   devices, or TPU_NAME); otherwise it stops here instead of after the data checks.
+- precision (train): `precision.policy=mixed_bfloat16` on a CPU-only host whose oneDNN is
+  capped below AVX512_CORE by ONEDNN_MAX_CPU_ISA, where TensorFlow would fail in the first layer.
 - tracking (train, evaluate, run_all; chief only): the MLflow backend answers within a few seconds
   (`tfpipe.tracking.backend.check_reachable`).
 """
@@ -40,6 +42,7 @@ def check(cfg: Config, stage: str, root, environ=None) -> None:
         check_tf_config(cfg, environ)
         check_devices(cfg)
         check_tpu(cfg, environ)
+        check_precision(cfg, environ)
     if stage in TRACKING_STAGES:
         from tfpipe import cluster
 
@@ -155,6 +158,14 @@ def check_tpu(cfg: Config, environ) -> None:
             "or TPU_NAME); allowed: strategy.tpu=<TPU name or grpc://address>, or another strategy "
             "(one_device, mirrored, ...)"
         )
+
+
+def check_precision(cfg: Config, environ) -> None:
+    from tfpipe import hardware
+
+    refusal = hardware.bf16_refusal(hardware.resolve_policy(cfg.precision.policy), environ)
+    if refusal:
+        raise ConfigError(refusal)
 
 
 def check_tracking(cfg: Config, root) -> None:
