@@ -221,9 +221,8 @@ def _check_environment(run: dict, env: dict) -> list:
     for key, other in (("cpu", "another CPU model"), ("cpu_flags", "other CPU kernels")):
         if tags.get(key):  # runs recorded before the cpu_flags tag have none
             same = tags[key] == str(env.get(key))
-            note = (
-                "" if same else f"{other} here ({env.get(key)}): expect WITHIN TOLERANCE, not bit-identical"
-            )
+            note = f"{other} here ({env.get(key)}): a re-run may be WITHIN TOLERANCE, not bit-identical"
+            note = "" if same else note
             items.append(Item(f"env.{key}", MATCH if same else DIFFERS, tags[key], str(env.get(key)), note))
     return items
 
