@@ -3,6 +3,7 @@ schedule, precision `auto`, and the cifar10_fast / imdb_fast presets training on
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -148,7 +149,9 @@ def test_precision_auto_follows_the_cpu_flags(tmp_path, monkeypatch):
     assert precision.resolve_policy("float32") == "float32"
     expected = default_policy()  # read from /proc/cpuinfo by the test, not by the code under test
     assert precision.resolve_policy("auto") == expected
-    assert precision.apply_policy("auto") == expected == precision.current_policy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # auto never picks a policy it warns about
+        assert precision.apply_policy("auto") == expected == precision.current_policy()
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert precision.resolve_policy("auto") == "float32"
     with pytest.raises(ConfigError, match="ONEDNN_MAX_CPU_ISA=AVX2 leaves oneDNN without bfloat16 kernels"):
@@ -156,6 +159,9 @@ def test_precision_auto_follows_the_cpu_flags(tmp_path, monkeypatch):
     assert precision.current_policy() == expected
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")  # bf16 kernels, emulated: allowed, not auto
     assert precision.resolve_policy("auto") == "float32"
+    with pytest.warns(RuntimeWarning, match="bfloat16 compute is emulated and slower than float32"):
+        with precision.policy_scope("mixed_bfloat16") as name:
+            assert name == "mixed_bfloat16"
     assert hardware.bf16_refusal("mixed_bfloat16") is None and hardware.bf16_refusal("float32") is None
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     from tfpipe import tracking
