@@ -48,7 +48,7 @@ def apply_policy(precision_cfg) -> str:
             stacklevel=2,
         )
     if name == "mixed_bfloat16" and not tf.config.list_physical_devices("GPU") and not cpu_has_fast_bf16():
-        warnings.warn(  # measured: 0.46x float32 on a small conv net, oneDNN capped at AVX512_CORE
+        warnings.warn(  # cnn 0.52-0.57x float32 with oneDNN capped at AVX512_CORE: docs/benchmarks.md
             "precision.policy=mixed_bfloat16 on a CPU without AMX-BF16/AVX512-BF16 (or with oneDNN capped "
             "below them): bfloat16 compute is emulated and slower than float32 (use float32, or auto)",
             RuntimeWarning,
