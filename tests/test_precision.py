@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import default_policy
 
 from tfpipe import models, precision
 from tfpipe.config import PRECISIONS, PrecisionConfig
@@ -41,10 +42,17 @@ def test_mixed_float16_warns_without_gpu_but_applies():
     assert keras.mixed_precision.global_policy().name == "mixed_float16"
 
 
-def test_bfloat16_does_not_warn():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        precision.apply_policy(PrecisionConfig(policy="mixed_bfloat16"))
+def test_bfloat16_warns_only_where_it_is_emulated():
+    """No warning where the CPU has bf16 kernels (what `auto` picks there); elsewhere bf16 runs, with a warning.
+    The host's kind is read by conftest, not by the code under test."""
+    if HAS_GPU or default_policy() == "mixed_bfloat16":
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            precision.apply_policy(PrecisionConfig(policy="mixed_bfloat16"))
+    else:
+        with pytest.warns(RuntimeWarning, match="bfloat16 compute is emulated"):
+            precision.apply_policy(PrecisionConfig(policy="mixed_bfloat16"))
+    assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
 
 
 def test_unknown_policy_is_refused():
@@ -85,6 +93,10 @@ def test_auto_on_every_kind_of_host(tmp_path):
     assert resolve_policy("auto", details=[turing], cpuinfo_path=str(amx)) == "float32"  # the GPU decides
     assert resolve_policy("auto", details=[ampere, turing], cpuinfo_path=str(amx)) == "float32"  # every GPU
     assert resolve_policy("auto", details=[{}], cpuinfo_path=str(amx)) == "float32"  # capability unknown
-    assert resolve_policy("auto", details=[], cpuinfo_path=str(amx)) == "mixed_bfloat16"  # no GPU: the CPU
-    assert resolve_policy("auto", details=[], cpuinfo_path=str(avx2)) == "float32"
+    assert (
+        resolve_policy("auto", details=[], cpuinfo_path=str(amx), environ={}) == "mixed_bfloat16"
+    )  # the CPU
+    assert resolve_policy("auto", details=[], cpuinfo_path=str(avx2), environ={}) == "float32"
+    capped = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}  # the AMX host with oneDNN held to emulated bf16
+    assert resolve_policy("auto", details=[], cpuinfo_path=str(amx), environ=capped) == "float32"
     assert resolve_policy("float32", details=[ampere]) == "float32"  # an explicit policy stays

@@ -115,13 +115,16 @@ def gpus_have_bf16(details: Optional[list] = None) -> Optional[bool]:
     return all(tuple(d.get("compute_capability") or (0, 0)) >= (8, 0) for d in details)
 
 
-def resolve_policy(name: str, *, details: Optional[list] = None, cpuinfo_path: str = "/proc/cpuinfo") -> str:
+def resolve_policy(
+    name: str, *, details: Optional[list] = None, cpuinfo_path: str = "/proc/cpuinfo", environ=None
+) -> str:
     """`auto` -> mixed_bfloat16 on GPUs with bf16 (compute capability >= 8.0) or, without GPUs, on CPUs with
     AMX/AVX512-BF16 that ONEDNN_MAX_CPU_ISA does not cap below them (1.37x on cnn, 1.51x on resnet on the AMX
     machine; 1.42x on cnn on an AMD EPYC with AVX512-BF16 and no AMX: docs/benchmarks.md); float32 otherwise.
-    Other names as given. `details` / `cpuinfo_path`: another host's GPUs / CPU flags (default: this host's)."""
+    Other names as given. `details` / `cpuinfo_path` / `environ`: another host's GPUs / CPU flags / environment
+    (default: this host's)."""
     if name != AUTO:
         return name
     gpu = gpus_have_bf16(details)
-    fast = gpu if gpu is not None else cpu_has_fast_bf16(cpuinfo_path)
+    fast = gpu if gpu is not None else cpu_has_fast_bf16(cpuinfo_path, environ)
     return "mixed_bfloat16" if fast else "float32"

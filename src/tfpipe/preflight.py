@@ -163,7 +163,8 @@ def check_tpu(cfg: Config, environ) -> None:
 def check_precision(cfg: Config, environ) -> None:
     from tfpipe import hardware
 
-    refusal = hardware.bf16_refusal(hardware.resolve_policy(cfg.precision.policy), environ)
+    policy = hardware.resolve_policy(cfg.precision.policy, environ=environ)
+    refusal = hardware.bf16_refusal(policy, environ)
     if refusal:
         raise ConfigError(refusal)
 
