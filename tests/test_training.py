@@ -438,3 +438,25 @@ def test_steps_per_execution_changes_neither_the_result_nor_the_logging_steps(pr
     for (_, a), (_, b) in zip(sink1.rows("train_loss"), sink3.rows("train_loss")):
         assert a["train_loss"] == b["train_loss"] and a["train_accuracy"] == b["train_accuracy"]
     assert ckpts1 == ckpts3 == [5, 6, 10]  # every 6th step and every epoch end
+
+
+def test_each_checkpoint_step_is_saved_once_even_at_an_epoch_end(prepared_image, tmp_path):
+    """5 steps an epoch, a checkpoint every 5: each epoch's last step is both a periodic checkpoint and the
+    epoch's end, and is saved once, with the next epoch's counters (a second save rewrote ckpt-N in place: a
+    kill -9 during it once lost ckpt-4 in test_dvc_resume)."""
+    from tfpipe.hooks import Hook
+
+    class Saves(Hook):  # after the built-in hooks: each call is a completed save
+        calls: list = []
+
+        def on_checkpoint(self, step, epoch, epoch_step):
+            self.calls.append((step, epoch, epoch_step))
+
+    cfg = _image_cfg("train.epochs=2", "train.checkpoint_every_steps=5", "train.tensorboard=false")
+    saves = Saves()
+    training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path, hooks=[saves])
+    assert saves.calls == [(5, 1, 0), (10, 2, 0)]
+    cfg = _image_cfg("train.epochs=1", "train.checkpoint_every_steps=2", "train.tensorboard=false")
+    saves.calls = []
+    training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path / "b", hooks=[saves])
+    assert saves.calls == [(2, 0, 2), (4, 0, 4), (5, 1, 0)]

@@ -125,7 +125,9 @@ class Loop:
                 self._log_window()
                 self._checkpoint(epoch, skip + done)
                 self._stop_if_requested(f"at step {self.step} (epoch {epoch}, batch {skip + done})")
-            if self.step % schedule.checkpoint_every == 0:
+            # The epoch's last step is saved once, by the epoch's end: a second save of ckpt-N rewrote it in
+            # place, and a kill during that rewrite lost it (the resume fell back to the checkpoint before).
+            if self.step % schedule.checkpoint_every == 0 and done < todo:
                 self._checkpoint(epoch, skip + done)
         return done
 
