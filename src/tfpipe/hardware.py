@@ -43,18 +43,26 @@ def onednn_isa_cap(environ=None) -> Optional[str]:
     return value if value not in ("", "ALL", "DEFAULT") else None
 
 
+def onednn_capped_below(isa: str, environ=None) -> bool:
+    """True when ONEDNN_MAX_CPU_ISA caps oneDNN at an ISA that lacks `isa` (a key of ONEDNN_ISA_MASKS)."""
+    mask = ONEDNN_ISA_MASKS.get(onednn_isa_cap(environ) or "")
+    return mask is not None and mask & ONEDNN_ISA_MASKS[isa] != ONEDNN_ISA_MASKS[isa]
+
+
 def bf16_refusal(policy: str, environ=None) -> Optional[str]:
     """The one-line refusal of mixed_bfloat16 on a host without GPUs whose ONEDNN_MAX_CPU_ISA is below
     AVX512_CORE, else None. oneDNN has no bfloat16 kernels there, but TensorFlow still hands it bfloat16 layers
     on a CPU with AVX-512 (it asks the CPU, not the cap): the first convolution or dense layer fails ("could
     not create a primitive descriptor", seen with TF 2.21 at AVX2 on an AVX512-BF16 EPYC; float32 and
     mixed_float16 run)."""
-    cap = onednn_isa_cap(environ)
-    mask = ONEDNN_ISA_MASKS.get(cap or "")
-    if policy != "mixed_bfloat16" or mask is None or mask & 0x27 == 0x27 or has_gpu_device_files():
+    if (
+        policy != "mixed_bfloat16"
+        or not onednn_capped_below("AVX512_CORE", environ)
+        or has_gpu_device_files()
+    ):
         return None
     return (
-        f"precision.policy=mixed_bfloat16: ONEDNN_MAX_CPU_ISA={cap} leaves oneDNN without bfloat16 kernels "
+        f"precision.policy=mixed_bfloat16: ONEDNN_MAX_CPU_ISA={onednn_isa_cap(environ)} leaves oneDNN without bfloat16 kernels "
         "(TensorFlow would fail in the first layer); allowed: precision.policy=float32, or unset "
         "ONEDNN_MAX_CPU_ISA or set it to AVX512_CORE or above"
     )
@@ -89,8 +97,7 @@ def cpu_kernels(cpuinfo_path: str = "/proc/cpuinfo", environ=None) -> str:
 def cpu_has_fast_bf16(cpuinfo_path: str = "/proc/cpuinfo", environ=None) -> bool:
     """True when the CPU advertises AMX-BF16 or AVX512-BF16 (Linux /proc/cpuinfo; False elsewhere) and oneDNN
     is not capped below AVX512_CORE_BF16. `environ`: another process's environment (default: this one's)."""
-    mask = ONEDNN_ISA_MASKS.get(onednn_isa_cap(environ) or "")
-    if mask is not None and mask & 0xE7 != 0xE7:
+    if onednn_capped_below("AVX512_CORE_BF16", environ):
         return False
     return any(flag in cpu_flags(cpuinfo_path) for flag in BF16_CPU_FLAGS)
 

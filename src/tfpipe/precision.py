@@ -40,14 +40,15 @@ def apply_policy(precision_cfg) -> str:
     refusal = bf16_refusal(name)
     if refusal:
         raise ConfigError(refusal)
-    if name == "mixed_float16" and not tf.config.list_physical_devices("GPU"):
+    no_gpu = not tf.config.list_physical_devices("GPU")
+    if name == "mixed_float16" and no_gpu:
         warnings.warn(
             "precision.policy=mixed_float16 on a host without a GPU: float16 compute is slow on CPU "
             "(use mixed_bfloat16 on CPUs with AMX/AVX512-BF16, or float32)",
             RuntimeWarning,
             stacklevel=2,
         )
-    if name == "mixed_bfloat16" and not tf.config.list_physical_devices("GPU") and not cpu_has_fast_bf16():
+    if name == "mixed_bfloat16" and no_gpu and not cpu_has_fast_bf16():
         warnings.warn(  # cnn 0.52-0.57x float32 with oneDNN capped at AVX512_CORE: docs/benchmarks.md
             "precision.policy=mixed_bfloat16 on a CPU without AMX-BF16/AVX512-BF16 (or with oneDNN capped "
             "below them): bfloat16 compute is emulated and slower than float32 (use float32, or auto)",
