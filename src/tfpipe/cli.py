@@ -7,16 +7,17 @@ errors and exit codes as `python -m pipeline.<name>`:
     tfpipe promote RUN_ID [--alias champion] [--force]
     tfpipe tune NAME [--storage URL] [--study NAME] [OVERRIDE ...]
     tfpipe predict MODEL_URI INPUT_DIR [--out predictions.csv] [--tracking-uri URI]
-
-(Hydra sweeps stay `python -m pipeline.sweep --multirun ...`: Hydra's own command line, next to conf/.)
+    tfpipe sweep [--multirun] [OVERRIDE ...]   (Hydra's own command line, as `python -m pipeline.sweep`)
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-USAGE = "usage: tfpipe {prepare,train,evaluate,run-all,launch,audit,compare,promote,tune,predict} [ARGS ...] (tfpipe SUBCOMMAND --help)"
+USAGE = "usage: tfpipe {prepare,train,evaluate,run-all,launch,audit,compare,promote,tune,predict,sweep} [ARGS ...] (tfpipe SUBCOMMAND --help)"
 
 
 def _stages() -> Dict[str, Tuple[Callable, str]]:
@@ -59,6 +60,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         from tfpipe import predict
 
         sys.exit(predict.main(rest, prog="tfpipe predict"))
+    if name == "sweep":
+        sweep(rest)
     stages = _stages()
     if name not in stages:
         print(f"tfpipe: error: unknown subcommand {name!r}; {USAGE}", file=sys.stderr)
@@ -67,6 +70,32 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     run, description = stages[name]
     entry_main(name.replace("-", "_"), run, description, rest, prog=f"tfpipe {name}")
+
+
+def sweep(argv: Sequence[str]) -> None:
+    """`tfpipe sweep`: the Hydra app of `python -m pipeline.sweep` (`tfpipe.sweeps`) on conf/ of the working
+    directory (the project root, as for every stage); Hydra parses `argv`."""
+    if {"-sc", "--shell-completion"} & set(argv):  # Hydra's script completes `python FILE.py` or a program
+        print(
+            "tfpipe sweep: error: --shell-completion: Hydra's completion cannot complete a subcommand "
+            "(nor python -m); tfpipe sweep --help lists the config groups",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import hydra
+
+    from tfpipe import config, sweeps
+
+    def job(composed) -> None:
+        sweeps.run_job(composed)
+
+    job.__module__ = "tfpipe.sweep"  # Hydra names the job (its log file) after the module: `sweep`, as ever
+    conf_dir = str(Path.cwd() / config.CONF_DIR)
+    app = hydra.main(config_path=conf_dir, config_name=config.CONFIG_NAME, version_base="1.3")(job)
+    sys.argv = [sys.argv[0], *argv]  # Hydra reads its command line there; run_job, the sweep's overrides
+    sweeps.run_sweep(app)
+    sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ with ONE line on stderr, `<stage>: error: <message>`, and exit code 2; `--debug`
 TFPIPE_DEBUG=1, for `dvc repro` whose commands are fixed) shows the Python traceback instead.
 The order is: parse arguments -> load + validate the config (no TensorFlow, no data) -> preflight
 checks of the host (`tfpipe.preflight`: devices, TF_CONFIG, tracking backend) -> `run(cfg, root)`.
+Hydra's standard flags (`--cfg job`, `--info`, `-m`, ...) are answered by `tfpipe.hydra_flags` before anything runs.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from tfpipe.errors import one_line
+from tfpipe import hydra_flags
+from tfpipe.errors import USER_ERRORS, one_line
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's C++ start-up chatter out of stage logs
 
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT = hydra_flags.EXIT_BAD_INPUT  # 2
 DEBUG_ENV = "TFPIPE_DEBUG"
 
 
@@ -53,7 +55,12 @@ def cli(
     prog: str = "",
 ) -> int:
     """The whole command line of one stage, in-process; returns the exit code (tests call this)."""
-    parser = _Parser(prog=prog or f"python -m pipeline.{stage}", description=description)
+    parser = _Parser(
+        prog=prog or f"python -m pipeline.{stage}",
+        description=description,
+        epilog=hydra_flags.groups_help(Path(root)),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "overrides",
         nargs="*",
@@ -66,16 +73,19 @@ def cli(
     parser.add_argument(
         "--debug", action="store_true", help=f"show Python tracebacks for bad input (also: env {DEBUG_ENV}=1)"
     )
+    hydra_flags.add_flags(parser)
     args = parser.parse_args(list(argv))
     # `mlflow run -P overrides="a=1 b=2"` hands all overrides over as one quoted argument.
     try:
         overrides = [part for arg in args.overrides for part in shlex.split(arg)]
     except ValueError as exc:  # an unbalanced quote
-        print(
-            f"{stage}: error: overrides {' '.join(args.overrides)!r}: {exc}; quote each KEY=VALUE once",
-            file=sys.stderr,
+        return hydra_flags.refuse(
+            stage, f"overrides {' '.join(args.overrides)!r}: {exc}; quote each KEY=VALUE once"
         )
-        return EXIT_BAD_INPUT
+    debug = args.debug or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes")
+    answer = hydra_flags.answer(stage, parser.prog, args, overrides, Path(root), debug, load_config)
+    if answer is not None:
+        return answer
 
     if configure_logging:
         logging.basicConfig(
@@ -83,7 +93,6 @@ def cli(
         )
         for noisy in ("tensorflow", "absl", "h5py"):  # their INFO lines drown the stage's own
             logging.getLogger(noisy).setLevel(logging.WARNING)
-    debug = args.debug or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes")
     return _run_guarded(
         stage, _with_args(run, overrides, args.params), overrides, args.params, Path(root), debug
     )
@@ -107,7 +116,6 @@ def load_config(overrides: Sequence[str], params_path: str, root: Path):
 
 def _run_guarded(stage, run, overrides, params_path, root, debug) -> int:
     from tfpipe import interrupts
-    from tfpipe.errors import USER_ERRORS
 
     try:
         cfg = load_config(overrides, params_path, root)
@@ -119,8 +127,7 @@ def _run_guarded(stage, run, overrides, params_path, root, debug) -> int:
     except USER_ERRORS as exc:
         if debug:
             raise
-        print(f"{stage}: error: {one_line(exc)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return hydra_flags.refuse(stage, one_line(exc))
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", 2)  # a plain KeyboardInterrupt is SIGINT
         print(

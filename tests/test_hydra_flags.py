@@ -1,0 +1,202 @@
+"""Hydra's standard flags on the stage entry points (issue 33, item 4): `--cfg job` prints the config a stage
+would run with and runs nothing, `--help`/`--info` list conf/'s config groups, the flags with no meaning for a
+stage answer in one line, and `tfpipe sweep` is the Hydra app of `python -m pipeline.sweep`.
+
+The real entry points run as subprocesses where the command line itself matters; the rest runs in-process
+through `tfpipe.entry.cli` with a `run` that records whether the stage was reached. Expected values are read
+from conf/ and params.yaml directly, never computed with the code under test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tfpipe import entry
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(args):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env.pop("TFPIPE_DEBUG", None)
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _cli(capsys, argv, stage="train"):
+    """The stage's command line in-process: (exit code, stdout, stderr lines, whether the stage ran)."""
+    reached = []
+    capsys.readouterr()
+    code = entry.cli(
+        stage, lambda cfg, root: reached.append(cfg), "test", argv, ROOT, configure_logging=False
+    )
+    out, err = capsys.readouterr()
+    return code, out, [line for line in err.splitlines() if line.strip()], bool(reached)
+
+
+def _stage_groups() -> dict:
+    """conf/'s config groups a stage picks from (named in conf/config.yaml's defaults) -> their options."""
+    defaults = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["defaults"]
+    named = [next(iter(item)) for item in defaults if isinstance(item, dict)]
+    return {group: sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml")) for group in named}
+
+
+def _imported(importtime_stderr: str) -> set:
+    """Top-level package names from `python -X importtime` lines ('import time: self | cumulative | name')."""
+    names = set()
+    for line in importtime_stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
+    return names
+
+
+def test_cfg_job_prints_the_composed_config_without_tensorflow():
+    """The real `python -m pipeline.train --cfg job train.epochs=3`: YAML with the override, exit 0, no TF."""
+    proc = _run(
+        [sys.executable, "-X", "importtime", "-m", "pipeline.train", "--cfg", "job", "train.epochs=3"]
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    printed = yaml.safe_load(proc.stdout)
+    assert printed["train"]["epochs"] == 3
+    assert set(printed) == set(yaml.safe_load((ROOT / "params.yaml").read_text()))  # the job config, whole
+    imported = _imported(proc.stderr)
+    assert {"omegaconf", "hydra"} <= imported  # -X importtime did list the imports
+    assert "tensorflow" not in imported and "keras" not in imported
+    other = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+    logged = [line for line in other if " train " in line or "error" in line.lower()]
+    assert not logged, logged  # no stage log line: nothing started
+
+
+def test_cfg_job_runs_nothing_and_reads_the_same_source_as_the_stage(capsys):
+    code, out, err, ran = _cli(capsys, ["--cfg", "job"])
+    assert (code, err, ran) == (0, [], False)
+    assert yaml.safe_load(out) == yaml.safe_load((ROOT / "params.yaml").read_text())  # no overrides: params
+
+    code, out, err, ran = _cli(capsys, ["-c", "job", "-p", "train.epochs", "train.epochs=3"])
+    assert (code, out, err, ran) == (0, "3\n", [], False)
+
+    code, out, _, ran = _cli(capsys, ["--cfg", "job", "--package", "train", "train.epochs=3"])
+    assert code == 0 and not ran and out.startswith("# @package train\n")
+    assert yaml.safe_load(out)["epochs"] == 3
+
+
+def test_cfg_job_keeps_interpolations_unless_resolve(capsys):
+    raw_path = yaml.safe_load((ROOT / "conf" / "data" / "default.yaml").read_text())["path"]
+    assert "${dataset.name}" in raw_path  # what the test relies on
+    _, out, _, _ = _cli(capsys, ["--cfg", "job", "-p", "data", "dataset=imdb"])
+    assert yaml.safe_load(out)["path"] == raw_path
+    _, out, _, _ = _cli(capsys, ["--cfg", "job", "--resolve", "-p", "data", "dataset=imdb"])
+    assert yaml.safe_load(out)["path"] == raw_path.replace("${dataset.name}", "imdb")
+
+
+def test_cfg_hydra_and_all_say_what_the_stage_uses(capsys):
+    code, out, err, ran = _cli(capsys, ["--cfg", "hydra"])
+    assert (code, err, ran) == (0, [], False)
+    assert len(out.splitlines()) == 1 and "--cfg job" in out and "tfpipe sweep --cfg hydra" in out
+    code, out, _, ran = _cli(capsys, ["--cfg", "all", "train.epochs=3"])
+    assert code == 0 and not ran
+    assert yaml.safe_load(out)["train"]["epochs"] == 3  # the one-line answer is a YAML comment
+
+
+def test_cfg_job_with_a_misspelt_key_is_the_stages_did_you_mean_line(capsys):
+    proc = _run([sys.executable, "-m", "pipeline.train", "--cfg", "job", "train.epohcs=3"])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "did you mean 'train.epochs'" in lines[0] and proc.stdout == ""
+    code, _, stage_err, ran = _cli(capsys, ["train.epohcs=3"])  # the same overrides, without --cfg
+    assert code == 2 and not ran and stage_err == lines
+
+    code, out, err, _ = _cli(capsys, ["--cfg", "job", "-p", "trian"])
+    assert code == 2 and out == "" and len(err) == 1 and "did you mean 'train'" in err[0]
+
+
+def test_help_lists_the_config_groups_and_their_options():
+    proc = _run([sys.executable, "-m", "tfpipe.cli", "train", "--help"])
+    assert proc.returncode == 0, proc.stderr
+    groups = _stage_groups()
+    assert {"cnn", "resnet"} <= set(groups["model"])
+    for group, options in groups.items():
+        assert f"  {group}: {', '.join(options)}\n" in proc.stdout, group
+    for flag in ("--cfg", "--info", "--hydra-help", "--multirun"):
+        assert flag in proc.stdout
+
+
+def test_info_names_config_dir_groups_and_overrides(capsys):
+    code, out, err, ran = _cli(capsys, ["train.epochs=3", "--info"])  # --info [MODE]: a mode may follow
+    assert (code, err, ran) == (0, [], False)
+    assert str(ROOT / "conf") in out and "overrides: train.epochs=3" in out
+    for group, options in _stage_groups().items():
+        assert f"{group}: {', '.join(options)}" in out
+
+
+def test_multirun_answers_one_line_naming_tfpipe_sweep():
+    for args in (["-m", "pipeline.train"], ["-m", "tfpipe.cli", "train"]):
+        proc = _run([sys.executable, *args, "-m", "train.epochs=1,2"])
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert (
+            "tfpipe sweep --multirun train.epochs=1,2" in lines[0] and "python -m pipeline.sweep" in lines[0]
+        )
+
+
+@pytest.mark.parametrize(
+    "argv, names",
+    [
+        (["-sc", "install=bash"], "--shell-completion/-sc"),
+        (["--shell-completion"], "--help and --info"),
+        (["-cn", "other"], "experiment=NAME"),
+        (["--config-path", "x"], "--params"),
+        (["-cd", "x"], "--config-dir/-cd"),
+        (["--experimental-rerun", "x.pickle"], "tfpipe audit RUN_ID --rerun"),
+        (["--cfg", "yaml"], "invalid choice"),
+    ],
+)
+def test_flags_with_no_meaning_for_a_stage_answer_in_one_line(capsys, argv, names):
+    try:
+        code, out, err, ran = _cli(capsys, argv)
+    except SystemExit as exc:  # argparse's own usage errors exit from the parser
+        code, out, err, ran = exc.code, "", capsys.readouterr().err.strip().splitlines(), False
+    assert (code, out, ran) == (2, "", False)
+    assert len(err) == 1 and names in err[0], err
+
+
+def test_hydra_help_run_and_version(capsys):
+    code, out, err, ran = _cli(capsys, ["--hydra-help"])
+    assert (code, err, ran) == (0, [], False)
+    assert "--cfg job" in out and "--info" in out and "hydra.cc/docs" in out
+    code, out, _, ran = _cli(capsys, ["--version"])
+    assert code == 0 and not ran and out.startswith("tfpipe ") and "Hydra 1." in out
+    code, out, _, ran = _cli(
+        capsys, ["-r", "--cfg", "job", "train.epochs=3"]
+    )  # Hydra's default mode: accepted
+    assert code == 0 and not ran and yaml.safe_load(out)["train"]["epochs"] == 3
+
+
+def test_tfpipe_sweep_is_the_sweep_app():
+    by_script = _run([sys.executable, "-m", "tfpipe.cli", "sweep", "--help"])
+    assert by_script.returncode == 0, by_script.stderr
+    assert (
+        by_script.stdout.startswith("sweep is powered by Hydra.")
+        and "== Configuration groups ==" in by_script.stdout
+    )
+    by_module = _run([sys.executable, "-m", "pipeline.sweep", "--help"])
+    assert by_script.stdout == by_module.stdout
+
+    printed = _run([sys.executable, "-m", "tfpipe.cli", "sweep", "--cfg", "job", "train.epochs=3"])
+    assert printed.returncode == 0 and yaml.safe_load(printed.stdout)["train"]["epochs"] == 3
+
+
+@pytest.mark.skipif(
+    shutil.which("tfpipe") is None, reason="the console script is installed by pip install -e ."
+)
+def test_installed_console_script_takes_hydra_flags():
+    proc = _run(["tfpipe", "train", "--cfg", "job", "train.epochs=3"])
+    assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["train"]["epochs"] == 3, proc.stderr
+    sweep = _run(["tfpipe", "sweep", "--help"])
+    assert sweep.returncode == 0 and "powered by Hydra" in sweep.stdout
