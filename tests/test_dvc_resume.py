@@ -13,7 +13,7 @@ import time
 
 import pytest
 import tensorflow as tf
-from test_pipeline_e2e import _make_project, _run
+from test_pipeline_e2e import TINY, _make_project, _run
 
 pytestmark = pytest.mark.slow
 EPOCHS = 12  # long enough to be killed mid-training
@@ -63,3 +63,73 @@ def test_dvc_repro_after_kill_9_resumes_into_the_same_run(tmp_path, image_dir, t
     total = json.loads((project / "metrics" / "train.json").read_text())["steps"]
     assert total > stopped_at and steps == list(range(1, total + 1)), "every step logged exactly once"
     assert "test_accuracy" in run.data.metrics  # evaluate ran into the same run
+
+
+def _committed_baseline(tmp_path, image_dir, text_dir):
+    """A project whose last commit holds a finished run's dvc.lock (models/ in DVC's cache), as a team has
+    after `dvc exp apply` + `git commit`: what `dvc exp run` checks out before it runs the stages."""
+    project, env = _make_project(tmp_path, image_dir, text_dir, "train.checkpoint_every_steps=2")
+    _run(
+        [sys.executable, "-m", "dvc", "add", "data/raw/cifar10", "data/raw/imdb"], project, env
+    )  # a copy has them
+    _run([sys.executable, "-m", "dvc", "repro"], project, env)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    _run([*git, "add", "-A"], project, env)
+    _run([*git, "commit", "-qm", "baseline run"], project, env)
+    return project, env
+
+
+def _shelved_step(project) -> int:
+    """The newest checkpoint step on the shelf of the project's unfinished training (.tfpipe/resume)."""
+    shelves = list((project / ".tfpipe" / "resume").glob("*/checkpoint"))
+    latest = tf.train.latest_checkpoint(str(shelves[0].parent)) if shelves else None
+    return int(latest.rsplit("-", 1)[1]) if latest else 0
+
+
+@pytest.mark.parametrize("form", [[], ["--temp"]], ids=["workspace", "temp"])
+def test_dvc_exp_run_after_ctrl_c_resumes_into_the_same_run(tmp_path, image_dir, text_dir, form):
+    """Ctrl-C (SIGINT to the whole foreground group) during `dvc exp run -S ...`, then the same command: DVC
+    first checks out the committed finished models/ over the interrupted one (and `--temp` works in a copy it
+    deletes), yet the training resumes from its newest checkpoint into the same MLflow run."""
+    project, env = _committed_baseline(tmp_path, image_dir, text_dir)
+    overrides = [*TINY, "train.checkpoint_every_steps=2", f"train.epochs={EPOCHS}"]  # -S composes conf/ anew
+    command = [sys.executable, "-m", "dvc", "exp", "run", *form, *[a for o in overrides for a in ("-S", o)]]
+    proc = subprocess.Popen(
+        command,
+        cwd=project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    try:
+        while _shelved_step(project) < 4:  # the shelf mirrors the checkpoints after every save
+            assert proc.poll() is None, "dvc exp run ended before the first checkpoints"
+            assert time.monotonic() < deadline, "no checkpoint in time"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: DVC and the stage it runs
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    stopped_at = _shelved_step(project)
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("tfpipe").experiment_id
+    killed = [r for r in client.search_runs([experiment]) if r.info.status != "FINISHED"]
+    assert [r.info.status for r in killed] == ["KILLED"]  # the interrupted run, ended by the stop
+
+    _run(command, project, env)  # the same command again
+    runs = client.search_runs([experiment])
+    assert len(runs) == 2, "the baseline run and the interrupted one, no third"
+    run = client.get_run(killed[0].info.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["tfpipe.resumes"] == "1"
+    assert int(run.data.tags["tfpipe.resumed_at_step"]) == stopped_at > 0
+    steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train_loss"))
+    assert steps == list(range(1, steps[-1] + 1)) and steps[-1] > stopped_at, "every step logged exactly once"
+    assert not list((project / ".tfpipe" / "resume").iterdir()), "a finished training leaves no shelf"

@@ -55,6 +55,36 @@ def clear_folder(path: str | os.PathLike) -> None:
             child.unlink()
 
 
+def mirror(source: str | os.PathLike, target: str | os.PathLike, last: str = "") -> None:
+    """Make the flat folder `target` hold exactly the regular files of `source`, by hard links where the two
+    share a file system (a copy elsewhere). Written for folders whose files are replaced by a rename, never
+    edited in place (checkpoints, atomic_open): a file is linked again only when `source` holds a new inode
+    under its name. `last` is linked after all the others (an index naming them), and stale names go last,
+    so a kill at any point leaves `target` naming only files it holds."""
+    source, target = Path(source), Path(target)
+    target.mkdir(parents=True, exist_ok=True)
+    present = {p.name: p for p in source.iterdir() if p.is_file() and not p.is_symlink()}
+    for name in sorted(present, key=lambda n: n == last):
+        src, dst = present[name], target / name
+        if dst.exists() and _same_file(src.stat(), dst.stat()):
+            continue
+        tmp = target / f".{name}.tmp-{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(src, tmp)
+        except OSError:  # another file system, or links not allowed: a copy, renamed into place
+            shutil.copy2(src, tmp)
+        os.replace(tmp, dst)
+    for stale in target.iterdir():
+        if stale.name not in present:
+            stale.unlink() if not stale.is_dir() or stale.is_symlink() else shutil.rmtree(stale)
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    """The same inode, or a copy2 of it (same size and modification time)."""
+    return os.path.samestat(a, b) or (a.st_size == b.st_size and a.st_mtime_ns == b.st_mtime_ns)
+
+
 # ----------------------------------------------------------------------------- a save that cannot finish
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)

@@ -15,7 +15,7 @@ from pathlib import Path
 from tfpipe import files
 from tfpipe.config import Config
 from tfpipe.tuning.hook import hooks_from_env as tuning_hooks
-from tfpipe.workdir import WorkDir
+from tfpipe.workdir import SHELF, WorkDir
 from tfpipe.workdir import fingerprint as training_fingerprint
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def run_train(cfg: Config, root: Path):
     """Prepared data -> trained model, SavedModel, train metrics and history, one MLflow run."""
     from tfpipe import cluster, data, provenance, tracking, training
 
-    cfg = _rooted(cfg, root)
+    composed, cfg = cfg, _rooted(cfg, root)
     chief = cluster.is_chief()  # from TF_CONFIG; True for single-process strategies
     prepared = Path(cfg.data.output_dir)
     manifest = data.load_manifest(prepared)
@@ -67,8 +67,8 @@ def run_train(cfg: Config, root: Path):
     prov = provenance.collect(root)
 
     init_weights, init_tags = _warm_start_source(cfg, root)  # before the run opens: a bad source is one line
-    workdir = WorkDir(model_dir(cfg, root))
-    fingerprint = training_fingerprint(cfg, digest)
+    workdir = WorkDir(model_dir(cfg, root), shelf_root=tracking.store_root(root) / SHELF)
+    fingerprint = training_fingerprint(composed, digest)  # project-relative: the same in a DVC temp copy
     resume_run_id = workdir.prepare(fingerprint) if chief else None  # the interrupted training's run
 
     with tracking.start_run(cfg, root, stage="train", is_chief=chief, resume_run_id=resume_run_id) as run:
@@ -89,6 +89,7 @@ def run_train(cfg: Config, root: Path):
             sink=run,
             hooks=hooks,
             init_weights=init_weights,
+            workdir=workdir if chief else None,  # non-chief workers write scratch folders of their own
         )
         if not chief:  # only the chief writes the run, metrics, plots and state; workers used scratch dirs
             return result

@@ -8,6 +8,12 @@
       saved_model/             the export
       tensorboard/             summaries and profiler traces (tfpipe.monitoring)
 
+Beside it, outside every DVC output, the shelf `<project>/.tfpipe/resume/<fingerprint>/` mirrors the checkpoints
+folder of a training that has not finished (hard links, after every save). `dvc exp run` checks out the last
+committed `models/` over an interrupted one before it runs the stages again (`persist` keeps an output across
+`dvc repro` only), and a queued or `--temp` experiment runs in a copy that is deleted: the shelf is what the same
+command finds there and resumes from. A finished training removes its shelf.
+
 It decides whether a run resumes (an interrupted run of the very same config and data) or starts clean,
 saves and restores checkpoints (non-chief workers of a multi-worker strategy write a scratch folder:
 every worker must take part in a save, only the chief's is kept), keeps the history and lists the files of
@@ -34,19 +40,23 @@ HISTORY_FILE = "history.json"  # in checkpoints/
 FINGERPRINT_FILE = "fingerprint.txt"  # in checkpoints/: which config + data the checkpoints belong to
 RUN_ID_FILE = "mlflow_run_id.txt"  # in checkpoints/: the MLflow run these checkpoints belong to
 TRAINING_STATE = "training_state.json"
+SHELF = Path(".tfpipe") / "resume"  # under the project root: the shelves of unfinished trainings
 WEIGHTS_FILE = "weights.sha256"
 
 
 def fingerprint(cfg, manifest_digest: str) -> str:
-    """What the checkpoints depend on: everything but tracking, plus the exact prepared data."""
+    """What the checkpoints depend on: everything but tracking, plus the exact prepared data. Give it the
+    config as composed (project-relative paths): a queued experiment runs in a temporary copy elsewhere."""
     relevant = {k: v for k, v in cfg.to_dict().items() if k != "tracking"}
     relevant["manifest_digest"] = manifest_digest
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
 
 
 class WorkDir:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, shelf_root: Optional[Path] = None):
         self.path = Path(path)
+        self.shelf_root = Path(shelf_root) if shelf_root is not None else None  # None: no shelf
+        self._shelf: Optional[Path] = None  # this training's, once started
         self.checkpoint_dir = self.path / CHECKPOINTS
         self.saved_model_dir = self.path / SAVED_MODEL
         self.history: List[dict] = []
@@ -58,24 +68,44 @@ class WorkDir:
     def prepare(self, fingerprint: str) -> Optional[str]:
         """Keep checkpoints only to resume an interrupted run of this very config, else clear the folder's
         contents (`dvc repro` removes it itself; `mlflow run` and hand-run stages do not, and must neither
-        resume another config's weights nor 'resume' a finished run). Returns the interrupted run's MLflow id."""
-        if not self.path.exists():
-            return None
+        resume another config's weights nor 'resume' a finished run). An interrupted run of this config that
+        is not in the folder (DVC restored another over it) is taken from its shelf. Returns the interrupted
+        run's MLflow id."""
         state = self.path / TRAINING_STATE
         started = files.read_line(self.checkpoint_dir / FINGERPRINT_FILE)
-        if not state.is_file() and started == fingerprint:
+        if self.path.exists() and not state.is_file() and started == fingerprint:
             log.info("resuming the interrupted training in %s", self.path)
             return files.read_line(self.checkpoint_dir / RUN_ID_FILE)
-        why = "finished run" if state.is_file() else "other or unknown config"
-        log.info("starting fresh: clearing %s (%s)", self.path, why)
-        files.clear_folder(self.path)
-        return None
+        shelved = self._shelved(fingerprint)
+        if self.path.exists():
+            why = "finished run" if state.is_file() else "other or unknown config"
+            if shelved is None:
+                log.info("starting fresh: clearing %s (%s)", self.path, why)
+            files.clear_folder(self.path)
+        if shelved is None:
+            return None
+        files.mirror(shelved, self.checkpoint_dir, last="checkpoint")
+        log.info("resuming the interrupted training kept in %s (%s held another run)", shelved, self.path)
+        return files.read_line(self.checkpoint_dir / RUN_ID_FILE)
+
+    def _shelved(self, fingerprint: str) -> Optional[Path]:
+        """This config's shelf when it holds a started training (its run id and a checkpoint), else None."""
+        if self.shelf_root is None:
+            return None
+        shelf = self.shelf_root / fingerprint[:32]
+        has_run = files.read_line(shelf / FINGERPRINT_FILE) == fingerprint and files.read_line(
+            shelf / RUN_ID_FILE
+        )
+        return shelf if has_run and (shelf / "checkpoint").is_file() else None
 
     def mark_started(self, fingerprint: str, run_id: str) -> None:
         files.write_text(self.checkpoint_dir / FINGERPRINT_FILE, fingerprint + "\n")
         files.write_text(
             self.checkpoint_dir / RUN_ID_FILE, f"{run_id}\n"
         )  # a resumed training continues this run
+        if self.shelf_root is not None:
+            self._shelf = self.shelf_root / fingerprint[:32]
+            self._shelve()
 
     def mark_complete(self, fingerprint: str, weights_sha256: Optional[str]) -> None:
         files.write_json(
@@ -83,6 +113,13 @@ class WorkDir:
         )
         if weights_sha256:
             files.write_text(self.path / WEIGHTS_FILE, weights_sha256 + "\n")
+        if self._shelf is not None:  # finished: nothing left to resume
+            shutil.rmtree(self._shelf, ignore_errors=True)
+
+    def _shelve(self) -> None:
+        """Mirror the chief's checkpoints folder onto this training's shelf (links: no bytes copied)."""
+        if self._shelf is not None and self._scratch is None and self.checkpoint_dir.is_dir():
+            files.mirror(self.checkpoint_dir, self._shelf, last="checkpoint")
 
     # -- checkpoints (TensorFlow)
 
@@ -147,6 +184,7 @@ class WorkDir:
 
         try:
             self._manager.save(checkpoint_number=step)
+            self._shelve()
         except (tf.errors.OpError, OSError) as exc:
             self._remove_partial_saves()
             raise UserError(self._save_failed(step, exc)) from None
@@ -207,6 +245,7 @@ class WorkDir:
         if self._scratch is None:  # the chief's
             with files.saving(self.checkpoint_dir, HISTORY_FILE):
                 files.write_json(self.checkpoint_dir / HISTORY_FILE, self.history)
+                self._shelve()
 
     def _read_history(self) -> List[dict]:
         path = self.checkpoint_dir / HISTORY_FILE

@@ -21,7 +21,7 @@ import os
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from tfpipe.errors import TrackingError  # noqa: E402
-from tfpipe.tracking.backend import check_reachable, resolve_tracking_uri
+from tfpipe.tracking.backend import check_reachable, resolve_tracking_uri, store_root
 from tfpipe.tracking.opening import ParentRun, context_tags, read_run_file, resume_run, start_run
 from tfpipe.tracking.redact import is_secret_key, redact
 from tfpipe.tracking.run import NullRun, Run
@@ -31,6 +31,7 @@ __all__ = [
     "TrackingError",
     "check_reachable",
     "resolve_tracking_uri",
+    "store_root",
     "is_secret_key",
     "redact",
     "NullRun",

@@ -63,11 +63,13 @@ def train(
     sink: Optional[MetricsSink] = None,
     hooks: Sequence[Hook] = (),
     init_weights: Optional[dict] = None,
+    workdir: Optional[WorkDir] = None,
 ) -> TrainResult:
     """Train cfg.model on the prepared TFRecords, checkpointing into output_dir/checkpoints and exporting
     output_dir/saved_model; resumes from the newest checkpoint there if any. `hooks`: more `tfpipe.hooks.Hook`s,
     called after the built-in ones (as Lightning callbacks are). `init_weights`: a warm start's {weight path:
-    array} (tfpipe.models.warmstart), applied to the matching layers before a checkpoint restores the rest."""
+    array} (tfpipe.models.warmstart), applied to the matching layers before a checkpoint restores the rest.
+    `workdir`: the stage's WorkDir of output_dir (its shelf mirrors each checkpoint), else a plain one."""
     distribute.configure_devices(cfg.strategy)  # logical CPUs: before anything initialises TF's devices
     settings = determinism.setup(cfg.train.seed, cfg.train.deterministic)
     with precision.policy_scope(cfg.precision) as policy:
@@ -75,7 +77,7 @@ def train(
         global_batch = cfg.train.batch_size_per_replica * strategy.num_replicas_in_sync
         task = Task.from_prepared(cfg, Path(prepared_dir), global_batch)
         result = _train(
-            cfg, task, strategy, policy, WorkDir(Path(output_dir)), sink, list(hooks), init_weights
+            cfg, task, strategy, policy, workdir or WorkDir(Path(output_dir)), sink, list(hooks), init_weights
         )
     result.determinism = settings
     return result
