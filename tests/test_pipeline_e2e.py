@@ -112,7 +112,7 @@ def test_dvc_repro_produces_a_complete_mlflow_run(repro_project):
     client = _client(project)
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
-    assert run.info.run_name == f"cifar10-cnn-one_device-{default_policy()}"
+    assert run.info.run_name == f"cifar10-cnn-one_device-{default_policy()}-{run_id[:6]}"
 
     params = run.data.params
     assert params["dataset.name"] == "cifar10"
@@ -406,7 +406,8 @@ def test_dvc_exp_run_composes_conf_for_imdb(repro_project):
     assert params["dataset"]["name"] == "imdb" and params["model"]["name"] == "embedding_gap"
     run_id = json.loads((project / "run.json").read_text())["run_id"]
     run = _client(project).get_run(run_id)
-    assert run.info.run_name == "imdb-embedding_gap-one_device-float32"
+    exp_name = run.data.tags["dvc.exp_name"]  # `dvc exp run` names the experiment; the run says which
+    assert run.info.run_name == f"imdb-embedding_gap-one_device-float32-{exp_name}-{run_id[:6]}"
     assert "test_accuracy" in run.data.metrics
     assert "test_roc_auc" in run.data.metrics
 

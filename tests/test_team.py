@@ -529,7 +529,7 @@ def test_pipeline_run_is_complete_on_the_team_server(tracking_server, server_pro
     client = _server_client(tracking_server, monkeypatch)
     run = client.get_run(info["run_id"])
     assert run.info.status == "FINISHED"
-    assert run.info.run_name == f"cifar10-cnn-one_device-{default_policy()}"
+    assert run.info.run_name == f"cifar10-cnn-one_device-{default_policy()}-{info['run_id'][:6]}"
     assert run.data.params["dataset.name"] == "cifar10"
     assert run.data.tags["tfpipe.stage.train"] == run.data.tags["tfpipe.stage.evaluate"] == "FINISHED"
     for key in ("train_loss", "val_accuracy", "test_accuracy", "test_loss"):
@@ -701,10 +701,10 @@ def test_dvc_queue_sweep_logs_one_comparable_run_per_experiment_into_one_sqlite_
     client = _sqlite_client(project)
     experiment = client.get_experiment_by_name("tfpipe")
     runs = client.search_runs([experiment.experiment_id])
-    assert sorted(r.info.run_name for r in runs) == [
-        "cifar10-cnn-one_device-float32",
-        "cifar10-cnn-one_device-mixed_bfloat16",
-    ], out[-3000:]
+    # each queued experiment's run says which one it is: <base>-<dvc experiment>-<run id head>
+    assert sorted(
+        r.info.run_name.replace(f"-{r.data.tags.get('dvc.exp_name')}-{r.info.run_id[:6]}", "") for r in runs
+    ) == ["cifar10-cnn-one_device-float32", "cifar10-cnn-one_device-mixed_bfloat16"], out[-3000:]
     exp_names = {r.data.tags.get("dvc.exp_name") for r in runs}
     shown = json.loads(_run([sys.executable, "-m", "dvc", "exp", "show", "--json"], project, env))
     listed = {e["name"] for rev in shown for e in (rev.get("experiments") or []) if e.get("name")}
@@ -849,7 +849,8 @@ def test_mlflow_ui_shows_and_compares_the_two_runs(mlflow_ui, browser, tmp_path)
     experiment = client.get_experiment_by_name("tfpipe")
     runs = sorted(client.search_runs([experiment.experiment_id]), key=lambda r: r.info.run_name)
     names = [r.info.run_name for r in runs]
-    assert names == ["cifar10-cnn-one_device-float32", "cifar10-cnn-one_device-mixed_bfloat16"]
+    assert names[0].startswith("cifar10-cnn-one_device-float32-")
+    assert names[1].startswith("cifar10-cnn-one_device-mixed_bfloat16-")
 
     runs_page = f"{url}/#/experiments/{experiment.experiment_id}/runs"
     browser.get(runs_page)

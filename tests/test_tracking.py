@@ -60,6 +60,10 @@ def _client(root: Path):
     return MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
 
 
+def _uri(root: Path) -> str:
+    return f"sqlite:///{root / 'mlflow.db'}"
+
+
 def _run_id(root: Path, cfg) -> str:
     return json.loads((root / cfg.tracking.run_file).read_text())["run_id"]
 
@@ -115,13 +119,14 @@ def test_start_run_names_run_writes_run_file_and_uses_project_artifacts(cfg, pro
 
     info = json.loads((project / "run.json").read_text())
     assert set(info) == {"run_id", "experiment_id", "tracking_uri", "run_name"}
-    assert info["run_name"] == f"cifar10-cnn-one_device-{default_policy()}" == run.run_name
-    assert info["tracking_uri"] == f"sqlite:///{project.resolve()}/mlflow.db"
+    name = f"cifar10-cnn-one_device-{default_policy()}-{info['run_id'][:6]}"  # + the run id's head
+    assert info["run_name"] == name == run.run_name
+    assert info["tracking_uri"] == "sqlite:///mlflow.db"  # relative to the project (tests/test_run_names.py)
     assert not list(project.glob(".run.json*"))  # atomic write left no temp file
 
     client = _client(project)
     got = client.get_run(info["run_id"])
-    assert got.info.run_name == f"cifar10-cnn-one_device-{default_policy()}"
+    assert got.info.run_name == name
     assert got.info.status == "FINISHED"
     assert got.data.tags["tfpipe.stage.train"] == "FINISHED"
     experiment = client.get_experiment(info["experiment_id"])
@@ -136,7 +141,7 @@ def test_start_run_names_run_writes_run_file_and_uses_project_artifacts(cfg, pro
     resolved = yaml.safe_load(
         Path(
             download_artifacts(
-                run_id=info["run_id"], artifact_path="config/resolved.yaml", tracking_uri=info["tracking_uri"]
+                run_id=info["run_id"], artifact_path="config/resolved.yaml", tracking_uri=_uri(project)
             )
         ).read_text()
     )
@@ -180,7 +185,7 @@ def test_mlflow_run_id_from_env_is_attached_and_kept(cfg, project, monkeypatch):
     with tracking.resume_run(cfg, project, stage="evaluate") as again:
         assert again.run_id == created.info.run_id
     got = client.get_run(created.info.run_id)
-    assert got.info.run_name == f"cifar10-cnn-one_device-{default_policy()}"
+    assert got.info.run_name == f"cifar10-cnn-one_device-{default_policy()}-{created.info.run_id[:6]}"
     assert got.info.status == "FINISHED"
     assert client.get_experiment_by_name("tfpipe") is None  # nothing was created in the configured experiment
 

@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 
 from tfpipe.errors import TrackingError
+from tfpipe.tracking import kinds
 from tfpipe.tracking.redact import redact_url
 
 REACHABLE_TIMEOUT_S = 3.0
@@ -49,6 +50,11 @@ def resolve_tracking_uri(tracking_cfg, project_root) -> str:
     if not uri:
         return f"sqlite:///{root / 'mlflow.db'}"
     return _anchor(uri, root)
+
+
+def anchored(uri: str, project_root) -> str:
+    """A store URI from a file of the project (run.json): a relative local path anchored in `store_root`."""
+    return _anchor(uri, store_root(project_root))
 
 
 def _anchor(uri: str, root: Path) -> str:
@@ -258,7 +264,7 @@ def init_store(uri: str) -> None:
 
 
 def ensure_experiment(client, name: str, artifact_location: str | None) -> str:
-    """The id of experiment `name`, created (with `artifact_location`) if missing."""
+    """The id of experiment `name`, created (with `artifact_location`) if missing; declared model training."""
     from mlflow.exceptions import MlflowException
 
     for attempt in range(2):  # a concurrent creator may win the race once
@@ -269,9 +275,11 @@ def ensure_experiment(client, name: str, artifact_location: str | None) -> str:
                     f"MLflow experiment {name!r} is deleted; restore it (mlflow experiments restore) or set "
                     "tracking.experiment_name to another name"
                 )
+            kinds.declare_model_training(client, experiment.experiment_id, experiment.tags)
             return experiment.experiment_id
         try:
-            return client.create_experiment(name, artifact_location=artifact_location)
+            kind = {kinds.KIND_TAG: kinds.MODEL_TRAINING}
+            return client.create_experiment(name, artifact_location=artifact_location, tags=kind)
         except MlflowException as exc:
             if attempt or "RESOURCE_ALREADY_EXISTS" not in str(exc.error_code):
                 raise

@@ -55,7 +55,12 @@ def feature_schema(manifest: dict) -> Schema | None:
     return None
 
 
-def manifest_dataset(manifest: dict, manifest_digest: str, prepared_dir, context: str) -> ManifestDataset:
+def manifest_dataset(
+    manifest: dict, manifest_digest: str, prepared_dir, context: str, project_root=None
+) -> ManifestDataset:
+    """The dataset of `context`'s splits; its source is the prepared folder as `naming.recorded_path` shows it."""
+    from tfpipe.tracking.naming import recorded_path
+
     splits = manifest.get("splits") or {}
     wanted = CONTEXT_SPLITS.get(context, tuple(splits))
     counts = {
@@ -73,7 +78,7 @@ def manifest_dataset(manifest: dict, manifest_digest: str, prepared_dir, context
     }
     with warnings.catch_warnings():  # "can be interpreted in multiple ways": both are the local source
         warnings.simplefilter("ignore")
-        source = resolve_dataset_source(str(Path(prepared_dir).resolve()))
+        source = resolve_dataset_source(recorded_path(Path(prepared_dir).resolve(), project_root))
     name = f"{manifest.get('dataset') or Path(prepared_dir).name}-{context}"
     return ManifestDataset(
         source,

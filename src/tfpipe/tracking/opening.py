@@ -1,9 +1,9 @@
 """Opening the MLflow run of one pipeline execution, shared by the train and evaluate stages.
 
-train:    `start_run` attaches to env MLFLOW_RUN_ID (set by `mlflow run`) or creates a run named
-          `{dataset}-{model}-{strategy}-{precision}`; either way it writes `tracking.run_file`
-          (JSON: run_id, experiment_id, tracking_uri, run_name) for evaluate and DVC. A resumed training
-          re-opens the interrupted training's run.
+train:    `start_run` attaches to env MLFLOW_RUN_ID (set by `mlflow run`) or creates a run, named
+          `{dataset}-{model}-{strategy}-{precision}[-{what differs}]-{run id head}` (`naming`); either way it
+          writes `tracking.run_file` (`runfile`: run_id, experiment_id, tracking_uri, run_name) for evaluate and
+          DVC. A resumed training re-opens the interrupted training's run, which keeps its name.
 evaluate: `resume_run` re-opens MLFLOW_RUN_ID or the run in `tracking.run_file`.
 sweeps:   `ParentRun` is the parent the sweep's runs nest under.
 Only the chief logs: `is_chief=False` returns a `NullRun` whose methods do nothing.
@@ -21,12 +21,13 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from tfpipe.errors import TrackingError, one_line
-from tfpipe.tracking import backend
+from tfpipe.tracking import backend, kinds, naming
+from tfpipe.tracking.naming import PARENT_RUN_ENV, TUNE_TRIAL_ENV, context_tags  # noqa: F401 - re-exported
 from tfpipe.tracking.redact import redact, redact_url
 from tfpipe.tracking.run import NullRun, Run, reset_tracking_uri
-from tfpipe.tracking.runfile import read_run_file, write_run_file
+from tfpipe.tracking.runfile import portable_uri, read_run_file, write_run_file
 from tfpipe.tracking.sink import BATCH_METRICS
-from tfpipe.tracking.tags import run_name as _run_name
+from tfpipe.tracking.tags import run_name as _base_name
 
 log = logging.getLogger(__name__)
 
@@ -90,34 +91,13 @@ def _run_exists(client: MlflowClient, run_id: str) -> bool:
         return False
 
 
-PARENT_RUN_ENV = "TFPIPE_PARENT_RUN_ID"  # set by `pipeline.sweep`: the sweep's parent run
-TUNE_TRIAL_ENV = "TFPIPE_TUNE_TRIAL_NUMBER"  # set by `pipeline.tune`: the trial this run is (tag tune.trial)
-
-
-def context_tags() -> dict:
-    """Where this run sits: its sweep's parent run (MLflow nests it under the parent in the UI), the tuning
-    trial it is and, inside `dvc exp run`, the DVC experiment name and baseline commit."""
-    tags = {}
-    for tag, env in (
-        ("mlflow.parentRunId", PARENT_RUN_ENV),
-        ("tune.trial", TUNE_TRIAL_ENV),
-        ("dvc.exp_name", "DVC_EXP_NAME"),
-        ("dvc.exp_baseline", "DVC_EXP_BASELINE_REV"),
-    ):
-        value = os.environ.get(env, "").strip()
-        if value:
-            tags[tag] = value
-    return tags
-
-
 def _open_train_run(cfg, root: Path, client, uri: str, name: str, env_run_id, reopen_id):
-    """The fluent MLflow run of the train stage: MLFLOW_RUN_ID, the interrupted run, or a new one."""
+    """The fluent MLflow run of the train stage: MLFLOW_RUN_ID, the interrupted run, or a new one (named `name`
+    until `_record` names it)."""
     system = _system_metrics(cfg.tracking)
     try:
         if env_run_id:
-            return _start(
-                env_run_id, run_name=name, where="env MLFLOW_RUN_ID", uri=uri, system_metrics=system
-            )
+            return _start(env_run_id, where="env MLFLOW_RUN_ID", uri=uri, system_metrics=system)
         if reopen_id:
             return _start(reopen_id, where="the interrupted training's run", uri=uri, system_metrics=system)
         location = backend.artifact_location_for(cfg.tracking, root, uri)
@@ -153,21 +133,26 @@ def _mark_resume(run: Run, client, uri: str, resume_run_id: str, reopen: bool) -
         ) from None
 
 
-def _record(run: Run, run_file: Path, uri: str) -> None:
-    """Context tags (sweep parent, DVC experiment) and the run file; the run ends FAILED if either fails."""
+def _record(run: Run, root: Path, run_file: Path, uri: str, name: str) -> None:
+    """Context tags (sweep parent, DVC experiment), source tags, the run's name and the run file (the store
+    relative to the project when inside it); the run ends FAILED if either fails."""
+    tags = {**context_tags(), **naming.source_tags(root)}
+    if name != run.run_name:
+        tags["mlflow.runName"] = name  # MLflow renames the run
     try:
-        run.set_tags(context_tags())
+        run.set_tags(tags)
     except TrackingError:
         run.close("FAILED", _raise=False)
         raise
+    run.run_name = name
     try:
         write_run_file(
             run_file,
             {
                 "run_id": run.run_id,
                 "experiment_id": run.experiment_id,
-                "tracking_uri": redact_url(uri),
-                "run_name": run.run_name,
+                "tracking_uri": redact_url(portable_uri(uri, root)),
+                "run_name": name,
             },
         )
     except OSError as exc:
@@ -175,14 +160,14 @@ def _record(run: Run, run_file: Path, uri: str) -> None:
         raise TrackingError(f"{run_file}: cannot write the run file ({exc.strerror or exc})") from None
 
 
-def _handle(active, uri, client, stage, env_run_id, reset_uri, flush_every, flush_seconds, name=None) -> Run:
-    """Our handle on the fluent run MLflow just opened (named `name`, else as MLflow has it)."""
+def _handle(active, uri, client, stage, env_run_id, reset_uri, flush_every, flush_seconds, root) -> Run:
+    """Our handle on the fluent run MLflow just opened; paths it records under `root` name the project."""
     info = active.info
-    return Run(
+    run = Run(
         run_id=info.run_id,
         experiment_id=info.experiment_id,
         tracking_uri=uri,
-        run_name=name or info.run_name,
+        run_name=info.run_name,
         stage=stage,
         client=client,
         env_run_id=env_run_id,
@@ -190,6 +175,8 @@ def _handle(active, uri, client, stage, env_run_id, reset_uri, flush_every, flus
         flush_seconds=flush_seconds,
         reset_tracking_uri=reset_uri,
     )
+    run.project_root = root
+    return run
 
 
 def start_run(
@@ -209,20 +196,24 @@ def start_run(
     is given; otherwise the new run is tagged `tfpipe.resumed_from` with it."""
     if not is_chief:
         return NullRun(stage)
-    root = Path(project_root)
-    name = _run_name(cfg)
+    root, base = Path(project_root), _base_name(cfg)
     env_run_id = os.environ.get("MLFLOW_RUN_ID", "").strip() or None
     uri, client, reset_uri = _connect(cfg, root)
     reopen = bool(resume_run_id) and not env_run_id and _run_exists(client, resume_run_id)
     try:
-        active = _open_train_run(cfg, root, client, uri, name, env_run_id, resume_run_id if reopen else None)
+        active = _open_train_run(cfg, root, client, uri, base, env_run_id, resume_run_id if reopen else None)
     finally:
         if mlflow.active_run() is None:
             reset_tracking_uri(reset_uri)
-    run = _handle(active, uri, client, stage, env_run_id, reset_uri, flush_every, flush_seconds, name)
+    run = _handle(active, uri, client, stage, env_run_id, reset_uri, flush_every, flush_seconds, root)
     if resume_run_id:
         _mark_resume(run, client, uri, resume_run_id, reopen)
-    _record(run, root / cfg.tracking.run_file, uri)
+    if env_run_id:  # `mlflow run` made the experiment
+        kinds.declare_model_training(client, run.experiment_id)
+    name = (
+        run.run_name if reopen else naming.run_name(cfg, run.run_id, base)
+    )  # a re-opened run keeps its name
+    _record(run, root, root / cfg.tracking.run_file, uri, name)
     log.info(
         "MLflow run %s (%s) in experiment %s at %s", run.run_id, name, run.experiment_id, redact_url(uri)
     )
@@ -247,14 +238,20 @@ def resume_run(
         run_id, where = env_run_id, "env MLFLOW_RUN_ID"
     else:
         path = root / cfg.tracking.run_file
-        run_id, where = read_run_file(path)["run_id"], f"from {path}"
+        info = read_run_file(path, root)
+        run_id, where = info["run_id"], f"from {path}"
     uri, client, reset_uri = _connect(cfg, root)
+    recorded = None if env_run_id else info.get("tracking_uri")
+    if recorded and recorded != redact_url(backend.anchored(uri, root)):  # the run id is then unknown here
+        log.warning(
+            "run %s (%s) was recorded in %s; this stage uses %s", run_id, where, recorded, redact_url(uri)
+        )
     try:
         active = _start(run_id, where=where, uri=uri, system_metrics=_system_metrics(cfg.tracking))
     except BaseException:
         reset_tracking_uri(reset_uri)
         raise
-    run = _handle(active, uri, client, stage, env_run_id, reset_uri, flush_every, flush_seconds)
+    run = _handle(active, uri, client, stage, env_run_id, reset_uri, flush_every, flush_seconds, root)
     log.info("MLflow run %s re-opened for %s", run_id, stage)
     return run
 

@@ -17,6 +17,7 @@ from mlflow.exceptions import MlflowException
 
 from tfpipe import files
 from tfpipe.errors import TrackingError, one_line
+from tfpipe.tracking.naming import recorded_values
 from tfpipe.tracking.redact import redact, redact_strings, redact_text, redact_tree
 from tfpipe.tracking.sink import BATCH_METRICS, MAX_KEY, MetricsBuffer
 
@@ -63,9 +64,11 @@ def _status(exc_type, exc) -> str:
 
 
 class Run:
-    """Handle on an open MLflow run; a context manager."""
+    """Handle on an open MLflow run; a context manager. Paths it records (params, config, dataset source) name
+    the project, not the DVC temporary copy `project_root` may be (`naming.recorded_path`)."""
 
     active = True
+    project_root = None  # set by `opening`
 
     def __init__(
         self,
@@ -153,7 +156,7 @@ class Run:
         MLflow: re-logging an identical value is skipped; a different value for an existing key raises."""
         params = {
             str(k)[:MAX_KEY]: ("None" if v is None else str(v))[:MAX_PARAM_VALUE]
-            for k, v in redact(flat).items()
+            for k, v in redact(recorded_values(flat, self.project_root)).items()
         }
         existing = self.client.get_run(self.run_id).data.params
         changed = sorted(k for k, v in params.items() if k in existing and existing[k] != v)
@@ -219,6 +222,7 @@ class Run:
         import yaml
 
         tree = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+        tree = recorded_values(tree, self.project_root)  # paths in a DVC temporary copy: the project's
         self.log_text(
             yaml.safe_dump(redact_tree(tree), sort_keys=False, default_flow_style=None), artifact_file
         )
@@ -241,10 +245,10 @@ class Run:
     def log_dataset(self, manifest: dict, manifest_digest: str, prepared_dir, context: str = "train") -> None:
         """The prepared dataset as a run input (Datasets tab): name `<dataset>-<context>`, digest = the manifest
         digest (MLflow caps digests at 36 characters; the full one is an input tag), source = the prepared
-        folder, profile = example counts, schema = the feature spec."""
+        folder (in the project, not a DVC temporary copy), profile = example counts, schema = the feature spec."""
         from tfpipe.tracking.datasets import manifest_dataset
 
-        dataset = manifest_dataset(manifest, manifest_digest, prepared_dir, context)
+        dataset = manifest_dataset(manifest, manifest_digest, prepared_dir, context, self.project_root)
         mlflow.log_input(dataset, context=context, tags={"manifest_digest": str(manifest_digest)[:500]})
 
     @_wrap_errors
@@ -280,10 +284,7 @@ class NullRun(Run):
     active = False
 
     def __init__(self, stage: str = ""):
-        self.run_id = None
-        self.experiment_id = None
-        self.tracking_uri = None
-        self.run_name = None
+        self.run_id = self.experiment_id = self.tracking_uri = self.run_name = None
         self.stage = stage
 
     def __repr__(self) -> str:

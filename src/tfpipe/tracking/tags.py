@@ -15,6 +15,7 @@ def resolved_precision(cfg) -> str:
 
 
 def run_name(cfg) -> str:
+    """The base of a run's name; `tfpipe.tracking.naming.run_name` adds what differs and the run id's head."""
     return f"{cfg.dataset.name}-{cfg.model.name}-{cfg.strategy.name}-{resolved_precision(cfg)}"
 
 

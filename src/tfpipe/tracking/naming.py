@@ -1,0 +1,139 @@
+"""What a run is called and where it says it comes from.
+
+Name: `{dataset}-{model}-{strategy}-{precision}[-{what differs}]-{first 6 hex of the run id}`, e.g.
+`cifar10-cnn-one_device-float32-lumpy-bike-3fa9c1`. What differs between the runs of one sweep or queue:
+the DVC experiment (env DVC_EXP_NAME, set by `dvc exp run` for the stages it runs), else the tuner's trial
+(`trial3`), else the overrides of the Hydra sweep job running in this process (`learning_rate=0.01`: the
+swept ones, without the keys the base name shows). The run id's head keeps two runs of one configuration
+apart and names one run the same every time. `tracking.run_name`, when the config has that key and sets it,
+is used as is.
+
+A queued or `--temp` DVC experiment runs in a temporary copy of the repository that DVC deletes: paths the run
+records (`mlflow.source.name`, `tfpipe.project`, the dataset source, absolute paths in params and in the
+resolved config) name the same place in the project (env DVC_ROOT, see `backend.store_root`) instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from tfpipe.tracking import backend
+from tfpipe.tracking.redact import is_secret_key, redact_text
+from tfpipe.tracking.tags import run_name as base_name
+
+PARENT_RUN_ENV = "TFPIPE_PARENT_RUN_ID"  # set by `pipeline.sweep`: the sweep's parent run
+TUNE_TRIAL_ENV = "TFPIPE_TUNE_TRIAL_NUMBER"  # set by `pipeline.tune`: the trial this run is (tag tune.trial)
+ID_CHARS = 6  # of the run id: 16.7 million values, so two runs of one configuration practically never collide
+MAX_DIFFERS = 40  # characters of the part that says what differs (the MLflow UI's name column is narrow)
+BASE_GROUPS = ("dataset", "model", "strategy", "precision")  # their overrides: the base name shows them
+BASE_KEYS = frozenset({*BASE_GROUPS, "dataset.name", "model.name", "strategy.name", "precision.policy"})
+QUOTES = "'\""  # around an override's value on a command line
+
+
+def context_tags() -> dict:
+    """Where this run sits: its sweep's parent run (MLflow nests it under the parent in the UI), the tuning
+    trial it is and, inside `dvc exp run`, the DVC experiment name and baseline commit."""
+    tags = {}
+    for tag, env in (
+        ("mlflow.parentRunId", PARENT_RUN_ENV),
+        ("tune.trial", TUNE_TRIAL_ENV),
+        ("dvc.exp_name", "DVC_EXP_NAME"),
+        ("dvc.exp_baseline", "DVC_EXP_BASELINE_REV"),
+    ):
+        value = os.environ.get(env, "").strip()
+        if value:
+            tags[tag] = value
+    return tags
+
+
+def run_name(cfg, run_id: str, base: str | None = None) -> str:
+    """The name of run `run_id` (see the module docstring); `base`: `tags.run_name(cfg)` when known."""
+    given = getattr(cfg.tracking, "run_name", None)
+    if given:
+        return str(given)
+    parts = (base or base_name(cfg), what_differs(), run_id[:ID_CHARS])
+    return redact_text("-".join(part for part in parts if part))
+
+
+def what_differs() -> str:
+    """The DVC experiment, the tuning trial or the sweep job's overrides; '' for a run on its own."""
+    experiment = os.environ.get("DVC_EXP_NAME", "").strip()
+    if experiment:
+        return experiment[:MAX_DIFFERS]
+    trial = os.environ.get(TUNE_TRIAL_ENV, "").strip()
+    if trial:
+        return f"trial{trial}"
+    return ",".join(shown for shown in map(_shown, sweep_overrides()) if shown)[:MAX_DIFFERS]
+
+
+def sweep_overrides() -> list:
+    """The overrides of the Hydra job this process runs (Hydra holds a job's config while it runs and restores
+    the previous one after); of a sweep's job only the swept ones when known. [] outside a job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    hydra = HydraConfig.get()
+    job = [str(o) for o in hydra.overrides.task or ()]
+    swept = {*_swept_keys(sys.argv[1:]), *(hydra.sweeper.get("params") or {})}
+    return [o for o in job if o.lstrip("+~").partition("=")[0].strip() in swept] if swept else job
+
+
+def _swept_keys(args) -> set:
+    """Keys a sweep's command line (sys.argv, as `tfpipe.sweeps` reads it) sweeps over: `k=a,b`, `k=range(..)`,
+    `k=choice(..)`; none when it is not Hydra's command line."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides([a for a in args if not a.startswith("-")])
+    except Exception:  # HydraException: another program's arguments (pytest's, an embedding tool's)
+        return set()
+    return {o.key_or_group for o in parsed if o.is_sweep_override()}
+
+
+def _shown(override: str) -> str:
+    """`train.optimizer.learning_rate=0.01` -> `learning_rate=0.01`, `train.optimizer.name=sgd` ->
+    `optimizer=sgd`; '' for what the base name shows, deletions and secret-looking keys."""
+    key, sep, value = override.lstrip("+~").partition("=")
+    key = key.strip()
+    if not sep or key in BASE_KEYS or key.startswith("hydra.") or is_secret_key(key):
+        return ""
+    parts = key.split(".")
+    label = parts[-2] if parts[-1] == "name" and len(parts) > 1 else parts[-1]
+    return f"{label}={value.strip().strip(QUOTES)}"
+
+
+def recorded_path(path, project_root) -> str:
+    """`path` as a run records it: inside a DVC temporary copy (`project_root`), the same path in the project."""
+    if project_root is None:
+        return str(path)
+    working, project = Path(project_root).resolve(), backend.store_root(project_root)
+    try:
+        inside = Path(path).resolve().relative_to(working)
+    except ValueError:  # not in the working copy: as it is
+        return str(path)
+    return str(project / inside) if project != working else str(path)
+
+
+def recorded_values(tree, project_root):
+    """A mapping (nested or flat: params, the resolved config) with its absolute paths as `recorded_path` shows
+    them; as it is outside a DVC temporary copy."""
+    if project_root is None or backend.store_root(project_root) == Path(project_root).resolve():
+        return tree
+    if isinstance(tree, dict):
+        return {k: recorded_values(v, project_root) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [recorded_values(v, project_root) for v in tree]
+    return recorded_path(tree, project_root) if isinstance(tree, str) and os.path.isabs(tree) else tree
+
+
+def source_tags(project_root) -> dict:
+    """`tfpipe.project` (the project's folder) and, when the entry script MLflow records as `mlflow.source.name`
+    (sys.argv[0]) lies in a DVC temporary copy, that script in the project."""
+    tags = {"tfpipe.project": str(backend.store_root(project_root))}
+    main = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    if main and recorded_path(main, project_root) != main:
+        tags["mlflow.source.name"] = recorded_path(main, project_root)
+    return tags

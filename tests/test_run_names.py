@@ -1,0 +1,357 @@
+"""Runs can be told apart (issue 33 item 6): names that say what differs, paths that name the project and not a
+DVC temporary copy, a run file that reads the same in every copy, and experiments MLflow 3's UI opens as model
+training. A real SQLite MLflow store in tmp_path, no mocks of mlflow."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, default_policy
+
+MLFLOW_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME")
+CONTEXT_ENV = (
+    "DVC_EXP_NAME",
+    "DVC_ROOT",
+    "DVC_EXP_BASELINE_REV",
+    "TFPIPE_TUNE_TRIAL_NUMBER",
+    "TFPIPE_PARENT_RUN_ID",
+)
+KIND = "mlflow.experimentKind"
+
+
+@pytest.fixture(scope="module")
+def db_template(tmp_path_factory) -> Path:
+    """One migrated mlflow.db (creating the schema takes seconds); each test gets a copy."""
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow_template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    import mlflow
+
+    for name in (*MLFLOW_ENV, *CONTEXT_ENV):
+        monkeypatch.delenv(name, raising=False)
+    yield
+    while mlflow.active_run() is not None:
+        mlflow.end_run()
+    mlflow.set_tracking_uri(None)
+
+
+@pytest.fixture
+def project(tmp_path, db_template, clean_env) -> Path:
+    """A project root whose default store (sqlite:///<root>/mlflow.db) is a fresh copy of the template."""
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copy(db_template, root / "mlflow.db")
+    return root
+
+
+@pytest.fixture
+def cfg(make_config):
+    return make_config("experiment=smoke")
+
+
+BASE = "cifar10-cnn-one_device-"  # + the precision the default config trains in on this host
+
+
+def _base() -> str:
+    return BASE + default_policy()
+
+
+def _client(db: Path):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{db}")
+
+
+def _train(cfg, root: Path, **kwargs):
+    """A train stage's run, opened and closed; its MLflow record."""
+    from tfpipe import tracking
+
+    with tracking.start_run(cfg, root, stage="train", **kwargs) as run:
+        pass
+    return _client(root / "mlflow.db").get_run(run.run_id)
+
+
+def _run_file(root: Path) -> dict:
+    return json.loads((root / "run.json").read_text())
+
+
+# ----------------------------------------------------------------------------- names
+
+
+def test_two_runs_of_one_config_get_different_names_that_start_with_the_base_name(cfg, project):
+    first = _train(cfg, project)
+    recorded = _run_file(project)
+    second = _train(cfg, project)
+
+    assert first.info.run_name == f"{_base()}-{first.info.run_id[:6]}"
+    assert second.info.run_name == f"{_base()}-{second.info.run_id[:6]}"
+    assert first.info.run_name != second.info.run_name
+    assert first.data.tags["mlflow.runName"] == first.info.run_name
+    assert (
+        recorded["run_name"] == first.info.run_name and _run_file(project)["run_name"] == second.info.run_name
+    )
+    assert len(second.info.run_name) <= 60  # one MLflow UI column
+
+
+def test_a_dvc_experiment_run_carries_the_experiment_name(cfg, project, monkeypatch):
+    monkeypatch.setenv("DVC_EXP_NAME", "lumpy-bike")
+    run = _train(cfg, project)
+    assert run.info.run_name == f"{_base()}-lumpy-bike-{run.info.run_id[:6]}"
+    assert run.data.tags["dvc.exp_name"] == "lumpy-bike"
+    assert _run_file(project)["run_name"] == run.info.run_name
+
+
+def test_a_tuning_trial_carries_its_number(cfg, project, monkeypatch):
+    monkeypatch.setenv("TFPIPE_TUNE_TRIAL_NUMBER", "3")
+    run = _train(cfg, project)
+    assert run.info.run_name == f"{_base()}-trial3-{run.info.run_id[:6]}"
+
+
+def _in_a_hydra_job(overrides: list, run):
+    """`run()` inside a Hydra job with these overrides (what `pipeline.sweep` runs in-process: HydraConfig holds
+    the job's config while it runs)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+        job = compose("config", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(job)
+    try:
+        return run()
+    finally:
+        HydraConfig.instance().cfg = None  # as Hydra leaves it after a job
+
+
+def test_a_sweep_job_carries_its_swept_overrides(make_config, project, monkeypatch):
+    sweep = [
+        "experiment=smoke",
+        "precision=float32,mixed_bfloat16",
+        "train.epochs=2",
+        "train.optimizer.name=sgd,adam",
+    ]
+    monkeypatch.setattr(sys, "argv", ["pipeline/sweep.py", "--multirun", *sweep])  # the sweep's command line
+    job = ["experiment=smoke", "precision=float32", "train.epochs=2", "train.optimizer.name=sgd"]
+    run = _in_a_hydra_job(job, lambda: _train(make_config(*job), project))
+    assert run.info.run_name == f"{BASE}float32-optimizer=sgd-{run.info.run_id[:6]}"  # precision: in the base
+
+
+def test_a_hydra_job_without_a_known_sweep_carries_all_its_overrides(make_config, project, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["embedding-tool"])
+    job = ["experiment=smoke", "precision=float32", "train.epochs=2", "train.optimizer.name=sgd"]
+    run = _in_a_hydra_job(job, lambda: _train(make_config(*job), project))
+    assert run.info.run_name == f"{BASE}float32-experiment=smoke,epochs=2,optimizer=sgd-{run.info.run_id[:6]}"
+    after = _train(make_config(*job), project)  # the job is over: no overrides known
+    assert after.info.run_name == f"{BASE}float32-{after.info.run_id[:6]}"
+
+
+def test_tracking_run_name_when_the_config_has_it_is_used_as_is(cfg, project, monkeypatch):
+    monkeypatch.setenv("DVC_EXP_NAME", "lumpy-bike")
+    cfg.tracking.run_name = "my-baseline"  # a key the schema may grow; set on the instance here
+    assert _train(cfg, project).info.run_name == "my-baseline"
+
+
+def test_a_resumed_run_keeps_its_name(cfg, project, monkeypatch):
+    from tfpipe import tracking
+
+    with pytest.raises(KeyboardInterrupt):
+        with tracking.start_run(cfg, project, stage="train") as first:
+            raise KeyboardInterrupt  # the interrupted training
+    name = _client(project / "mlflow.db").get_run(first.run_id).info.run_name
+    assert name == f"{_base()}-{first.run_id[:6]}"
+
+    monkeypatch.setenv("DVC_EXP_NAME", "other-exp")  # would name a new run differently
+    resumed = _train(cfg, project, resume_run_id=first.run_id)
+    assert resumed.info.run_id == first.run_id and resumed.data.tags["tfpipe.resumes"] == "1"
+    assert resumed.info.run_name == name and _run_file(project)["run_name"] == name
+
+
+# ----------------------------------------------------------------------------- a DVC temporary copy
+
+
+def test_a_dvc_temporary_copy_records_the_project_not_the_copy(
+    cfg, tmp_path, db_template, clean_env, monkeypatch
+):
+    """`dvc exp run --temp` / a queue: the stages run in <repo>/.dvc/tmp/exps/<tmp>, deleted afterwards; DVC sets
+    DVC_ROOT to <repo> and DVC_EXP_NAME."""
+    from tfpipe import tracking
+
+    repo = tmp_path / "repo"
+    copy = repo / ".dvc" / "tmp" / "exps" / "tmpk3x9"
+    (copy / "pipeline").mkdir(parents=True)
+    (copy / "pipeline" / "train.py").write_text("")
+    shutil.copy(db_template, repo / "mlflow.db")
+    monkeypatch.setenv("DVC_ROOT", str(repo))
+    monkeypatch.setenv("DVC_EXP_NAME", "queued-exp")
+    monkeypatch.chdir(copy)
+    monkeypatch.setattr(sys, "argv", [str(copy / "pipeline" / "train.py")])  # `python -m pipeline.train`
+    prepared = copy / "data" / "prepared" / "cifar10"
+    prepared.mkdir(parents=True)
+    manifest = {"dataset": "cifar10", "modality": "image", "splits": {"train": {"num_examples": 3}}}
+
+    params = {
+        "data.path": str(copy / "data" / "raw"),
+        "data.tfds_data_dir": "/srv/tfds",
+        "strategy.device": "/cpu:0",
+    }
+
+    with tracking.start_run(cfg, copy, stage="train") as run:
+        run.log_dataset(manifest, "d" * 64, prepared, context="train")
+        run.log_params(params)
+        run.log_config({"data": {"output_dir": str(prepared), "splits": [str(copy / "a"), "b"]}})
+
+    got = _client(repo / "mlflow.db").get_run(run.run_id)  # the store is the project's
+    assert got.info.run_name == f"{_base()}-queued-exp-{run.run_id[:6]}"
+    assert got.data.tags["mlflow.source.name"] == str(repo.resolve() / "pipeline" / "train.py")
+    assert got.data.tags["tfpipe.project"] == str(repo.resolve())
+    (dataset,) = [d.dataset for d in got.inputs.dataset_inputs]
+    assert json.loads(dataset.source) == {"uri": str(repo.resolve() / "data" / "prepared" / "cifar10")}
+    assert got.data.params == {**params, "data.path": str(repo.resolve() / "data" / "raw")}
+    config = (Path(got.info.artifact_uri.removeprefix("file://")) / "config" / "resolved.yaml").read_text()
+    assert yaml.safe_load(config) == {
+        "data": {
+            "output_dir": str(repo.resolve() / "data/prepared/cifar10"),
+            "splits": [str(repo.resolve() / "a"), "b"],
+        }
+    }
+    leaked = {k: v for k, v in got.data.tags.items() if str(copy.resolve()) in v or "tmpk3x9" in v}
+    assert not leaked, leaked
+    assert got.info.artifact_uri.startswith((repo.resolve() / "mlartifacts").as_uri())
+    assert json.loads((copy / "run.json").read_text())["tracking_uri"] == "sqlite:///mlflow.db"
+
+
+def test_outside_a_dvc_copy_the_source_is_mlflows(cfg, project, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["/opt/venv/bin/tfpipe", "train"])
+    run = _train(cfg, project)
+    assert run.data.tags["mlflow.source.name"] == "/opt/venv/bin/tfpipe"
+    assert run.data.tags["tfpipe.project"] == str(project.resolve())
+
+
+# ----------------------------------------------------------------------------- the run file
+
+
+def test_run_file_holds_the_store_relative_to_the_project_and_evaluate_reads_it_back(cfg, project, caplog):
+    from tfpipe import tracking
+
+    with tracking.start_run(cfg, project, stage="train") as run:
+        run.log_metrics({"train_loss": 1.0}, step=1)
+    assert _run_file(project)["tracking_uri"] == "sqlite:///mlflow.db"
+    assert tracking.read_run_file(project / "run.json", project)["tracking_uri"] == (
+        f"sqlite:///{project.resolve()}/mlflow.db"
+    )
+
+    moved = (
+        project.parent / "moved"
+    )  # the same project elsewhere (a clone, another host): the same file works
+    shutil.copytree(project, moved)
+    assert (
+        tracking.read_run_file(moved / "run.json", moved)["tracking_uri"]
+        == f"sqlite:///{moved.resolve()}/mlflow.db"
+    )
+    with caplog.at_level(logging.WARNING, logger="tfpipe.tracking.opening"):
+        with tracking.resume_run(cfg, moved, stage="evaluate") as again:
+            again.log_metrics({"test_accuracy": 0.5}, step=0)
+    assert again.run_id == run.run_id and not caplog.records
+    assert _client(moved / "mlflow.db").get_run(run.run_id).data.metrics == {
+        "train_loss": 1.0,
+        "test_accuracy": 0.5,
+    }
+
+
+def test_an_old_run_file_with_an_absolute_store_still_reads(cfg, project, caplog):
+    from tfpipe import tracking
+
+    run = _train(cfg, project)
+    old = {**_run_file(project), "tracking_uri": f"sqlite:///{project.resolve()}/mlflow.db"}
+    (project / "run.json").write_text(json.dumps(old))  # what earlier versions wrote
+    assert tracking.read_run_file(project / "run.json", project)["tracking_uri"] == old["tracking_uri"]
+    assert tracking.read_run_file(project / "run.json")["tracking_uri"] == old["tracking_uri"]
+    with caplog.at_level(logging.WARNING, logger="tfpipe.tracking.opening"):
+        with tracking.resume_run(cfg, project, stage="evaluate") as again:
+            pass
+    assert again.run_id == run.info.run_id and not caplog.records
+
+
+@pytest.mark.parametrize(
+    "uri, recorded, db",
+    [
+        ("sqlite:///stores/x.db", "sqlite:///stores/x.db", "{project}/stores/x.db"),  # relative in the config
+        (
+            "sqlite:///{project}/stores/x.db",
+            "sqlite:///stores/x.db",
+            "{project}/stores/x.db",
+        ),  # inside, absolute
+        (
+            "sqlite:///{shared}/x.db",
+            "sqlite:///{shared}/x.db",
+            "{shared}/x.db",
+        ),  # outside the project: as it is
+    ],
+    ids=["relative", "inside", "outside"],
+)
+def test_run_file_store_forms(cfg, project, db_template, uri, recorded, db):
+    from tfpipe import tracking
+
+    shared = project.parent / "shared"
+    for folder in (project / "stores", shared):
+        folder.mkdir()
+        shutil.copy(db_template, folder / "x.db")
+    fill = {"project": project.resolve(), "shared": shared.resolve()}
+    cfg = dataclasses.replace(cfg, tracking=dataclasses.replace(cfg.tracking, uri=uri.format(**fill)))
+    with tracking.start_run(cfg, project, stage="train") as run:
+        pass
+    assert _run_file(project)["tracking_uri"] == recorded.format(**fill)
+    db = Path(db.format(**fill))
+    assert _client(db).get_run(run.run_id).info.status == "FINISHED"
+    assert tracking.read_run_file(project / "run.json", project)["tracking_uri"] == f"sqlite:///{db}"
+    with tracking.resume_run(cfg, project, stage="evaluate") as again:
+        assert again.run_id == run.run_id
+
+
+def test_remote_store_is_kept_as_given(cfg, project):
+    from tfpipe.tracking.runfile import portable_uri
+
+    assert portable_uri("http://tracking.example:5000", project) == "http://tracking.example:5000"
+    assert portable_uri("databricks", project) == "databricks"
+    assert portable_uri("sqlite:///:memory:", project) == "sqlite:///:memory:"
+
+
+# ----------------------------------------------------------------------------- the experiment's kind
+
+
+def test_the_experiment_is_declared_model_training(cfg, project):
+    run = _train(cfg, project)
+    experiment = _client(project / "mlflow.db").get_experiment(run.info.experiment_id)
+    assert experiment.name == "tfpipe" and experiment.tags[KIND] == "custom_model_development"
+
+
+def test_an_existing_experiment_is_declared_on_first_use_and_a_set_kind_is_kept(cfg, project, monkeypatch):
+    client = _client(project / "mlflow.db")
+    older = client.create_experiment("tfpipe")  # made by an earlier tfpipe: no kind
+    _train(cfg, project)
+    assert client.get_experiment(older).tags[KIND] == "custom_model_development"
+
+    mine = client.create_experiment("genai-too", tags={KIND: "genai_development"})
+    _train(
+        dataclasses.replace(cfg, tracking=dataclasses.replace(cfg.tracking, experiment_name="genai-too")),
+        project,
+    )
+    assert client.get_experiment(mine).tags[KIND] == "genai_development"
+
+    by_mlflow_run = client.create_experiment("made-by-mlflow-run")  # `mlflow run` hands the run over
+    monkeypatch.setenv("MLFLOW_RUN_ID", client.create_run(by_mlflow_run).info.run_id)
+    run = _train(cfg, project)
+    assert client.get_experiment(by_mlflow_run).tags[KIND] == "custom_model_development"
+    assert run.info.run_name == f"{_base()}-{run.info.run_id[:6]}"
