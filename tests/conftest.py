@@ -263,3 +263,26 @@ def churning_environment(read, rounds: int = 300) -> None:
     finally:
         stop.set()
         worker.join()
+
+
+# ----------------------------------------------------------------------------- the suite across workers
+# `python -m pytest` runs on every core (pyproject: `-n auto --dist loadgroup`). A module-scoped fixture is built
+# once per worker that runs one of its tests, so the tests that share one (a recorded run, a team server, a
+# Slurm cluster) are grouped onto one worker and it is built once; every other test goes to whichever worker
+# is free. Session fixtures here are small generated trees, built once per worker.
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _uses_a_module_fixture(item) and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def _uses_a_module_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        d.scope in ("module", "class", "package") for defs in info.name2fixturedefs.values() for d in defs
+    )
