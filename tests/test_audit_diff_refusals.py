@@ -231,3 +231,25 @@ def test_pass_env_on_the_command_line_reaches_the_stages_and_nothing_else(repo, 
     plan = proc.stderr[: proc.stderr.index("rerun: prepare from the auditor's raw data")]
     assert f"rerun: executes commit {commit}" in plan and "rerun: stage prepare" in plan
     assert "\n notes.txt |    2 +-\n 1 file changed, 1 insertion(+), 1 deletion(-)\n" in plan
+
+
+def test_a_committed_symlink_at_dvc_config_local_is_refused_not_followed(repo, tmp_path):
+    """The re-run writes the auditor's DVC settings (remote URL, credentials) to the worktree's
+    .dvc/config.local: a commit holding a symlink there must not redirect that write outside the worktree."""
+    from tfpipe.audit.rerun import _make_worktree
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("theirs\n")
+    (repo / ".dvc").mkdir()
+    (repo / ".dvc" / "config").write_text("[core]\n    remote = team\n")
+    (repo / ".dvc" / "config.local").symlink_to(victim)
+    _sh(repo, "git", "add", "-A")
+    _sh(repo, "git", "commit", "-qm", "a symlink at .dvc/config.local")
+    commit = _sh(repo, "git", "rev-parse", "HEAD").strip()
+    (repo / ".dvc" / "config.local").unlink()  # the auditor's own clone: a plain tree
+    run = {"tags": {"git.commit": commit}, "config": {}}
+    (tmp_path / "audit").mkdir()
+    with pytest.raises(UserError) as caught:
+        _make_worktree(repo, run, tmp_path / "audit", lambda line: None)
+    assert str(caught.value) == "rerun: .dvc/config.local in the worktree points outside it; refused"
+    assert victim.read_text() == "theirs\n"

@@ -255,12 +255,17 @@ def _start_head(env: dict):
 
 
 def _stop_head(head) -> None:
+    """SIGTERM to the head's group, SIGKILL to what is left once the head exited (or 10 s passed): waits on
+    the exit, not a fixed pause."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(head.pid, sig)
         except ProcessLookupError:
             pass
-        time.sleep(3)
+        try:
+            head.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
     head.wait(timeout=30)
 
 

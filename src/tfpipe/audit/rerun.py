@@ -122,9 +122,10 @@ def _make_worktree(root: Path, run: dict, tmp: Path, log, uri: str = "") -> Path
             target = wt / "data" / "raw" / child.name
             if child.is_dir() and not target.exists():
                 _copy_tree_linked(child, target)
-    if (root / ".dvc").is_dir():
-        (wt / ".dvc").mkdir(exist_ok=True)
-        (wt / ".dvc" / "config.local").write_text(dvc_config_local(root))
+    if (root / ".dvc").is_dir():  # the auditor's remote settings; a committed symlink there is refused
+        if not (wt / ".dvc").is_symlink():
+            (wt / ".dvc").mkdir(exist_ok=True)
+        trust.write_inside(wt, ".dvc/config.local", dvc_config_local(root))
     return wt
 
 
