@@ -236,3 +236,18 @@ def test_missing_or_broken_manifest(tmp_path, prepared_copy):
     (prepared_copy / "manifest.json").write_text("{not json")
     with pytest.raises(DataError, match="unreadable manifest"):
         data.verify_shards(prepared_copy)
+
+
+def test_an_image_of_another_format_named_png_is_a_bad_file_never_decoded(image_copy, make_config):
+    """Only JPEG and PNG reach a decoder: a TIFF (or any of Pillow's other formats) named .png or .jpg is an
+    unreadable image, whatever Pillow could have made of its content."""
+    victims = []
+    for name in ("disguised.png", "disguised.jpg"):
+        target = sorted((image_copy / "train").iterdir())[0] / name
+        buffer = io.BytesIO()
+        Image.new("RGB", (8, 8), (200, 10, 10)).save(buffer, format="TIFF")
+        target.write_bytes(buffer.getvalue())
+        assert Image.open(target).format == "TIFF"  # Pillow, asked for any format, would decode it
+        victims.append(target)
+    message = _fails(_cfg(make_config, image_copy), "unreadable or corrupt image")
+    assert any(str(p) in message for p in victims), message

@@ -10,6 +10,11 @@ import os
 from pathlib import Path
 
 
+# The decoders Pillow may use: the formats of the image extensions read (sources.IMAGE_EXTENSIONS), none of the
+# dozens of others Pillow would otherwise try by content (a TIFF or PSD named .png reaches no decoder).
+IMAGE_FORMATS = ("JPEG", "PNG")
+
+
 class Refused(Exception):
     """A file refused before decoding (over a size cap); the message is the reason."""
 
@@ -21,8 +26,8 @@ def read_image_file(path: Path, size: list, channels: int, max_pixels: int) -> t
     is over `max_pixels`."""
     from PIL import Image
 
-    try:
-        image = Image.open(path)
+    try:  # a file of another format raises UnidentifiedImageError: an unreadable image
+        image = Image.open(path, formats=IMAGE_FORMATS)
     except Image.DecompressionBombError as exc:  # Pillow's own limit, above ours unless raised
         raise Refused(
             f"image header says more than data.max_image_pixels={max_pixels} pixels ({exc})"
