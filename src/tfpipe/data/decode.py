@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-
 # The decoders Pillow may use: the formats of the image extensions read (sources.IMAGE_EXTENSIONS), none of the
 # dozens of others Pillow would otherwise try by content (a TIFF or PSD named .png reaches no decoder).
 IMAGE_FORMATS = ("JPEG", "PNG")
