@@ -161,7 +161,7 @@ BAD_OVERRIDES = [
         ["train.lr_schedule.name=step"],
         ["train.lr_schedule.name='step'", "not allowed", "allowed: constant, cosine, onecycle"],
     ),
-    (["data.source=s3"], ["data.source='s3'", "not allowed", "allowed: tfds, directory"]),
+    (["data.source=s3"], ["data.source='s3'", "not allowed", "allowed: auto, tfds, directory"]),
     (["data.on_bad_file=ignore"], ["data.on_bad_file='ignore'", "not allowed", "allowed: fail, skip"]),
     (["train.lr_scaling=sqrt"], ["train.lr_scaling='sqrt'", "not allowed", "allowed: none, linear"]),
     (

@@ -35,7 +35,11 @@ PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 PRECISION_CHOICES = PRECISIONS + ("auto",)  # auto: resolved from the hardware at start (tfpipe.precision)
 OPTIMIZERS = ("adam", "adamw", "sgd")
 LR_SCHEDULES = ("constant", "cosine", "onecycle")
-SOURCES = ("tfds", "directory")
+SOURCES = (
+    "auto",
+    "tfds",
+    "directory",
+)  # auto: directory where data.path is a folder, else tfds (tfpipe.layout)
 ON_BAD_FILE = ("fail", "skip")
 SHARD_POLICIES = ("auto", "file", "data")  # how input pipelines (workers) split the train split
 STANDARDIZERS = (

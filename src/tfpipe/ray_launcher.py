@@ -110,7 +110,7 @@ def check_data(cfg, root: Path) -> None:
     """The prepared data the workers will read (manifest, shards), checked before Ray starts: a DataError
     here is one line and exit 2, where a worker's would only make Ray start the worker group again."""
     from tfpipe import data
-    from tfpipe.stages import _rooted
+    from tfpipe.layout import rooted as _rooted
 
     prepared = Path(_rooted(cfg, root).data.output_dir)
     data.verify_shards(prepared, data.load_manifest(prepared))

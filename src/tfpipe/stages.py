@@ -9,29 +9,27 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import os
 from pathlib import Path
 
 from tfpipe import files
 from tfpipe.config import Config
+from tfpipe.layout import (  # noqa: F401 - the paths, also read as stages.* by callers
+    CONFUSION_CSV,
+    CONFUSION_PNG,
+    DATA_METRICS,
+    EVAL_METRICS,
+    EVAL_PER_CLASS,
+    HISTORY_CSV,
+    MODELS_DIR,
+    TRAIN_METRICS,
+    model_dir,
+)
+from tfpipe.layout import rooted as _rooted
 from tfpipe.tuning.hook import hooks_from_env as tuning_hooks
 from tfpipe.workdir import SHELF, WorkDir
 from tfpipe.workdir import fingerprint as training_fingerprint
 
 log = logging.getLogger(__name__)
-
-MODELS_DIR = "models"
-TRAIN_METRICS = "metrics/train.json"
-HISTORY_CSV = "plots/history.csv"
-EVAL_METRICS = "metrics/eval.json"  # flat headline metrics: one `dvc exp show` column each
-EVAL_PER_CLASS = "metrics/eval_per_class.json"  # precision/recall/f1/support per class (a DVC plot)
-DATA_METRICS = "metrics/data.json"  # the data report's headline (prepare; dvc.yaml declares it)
-CONFUSION_CSV = "plots/confusion_matrix.csv"
-CONFUSION_PNG = "plots/confusion_matrix.png"
-
-
-def model_dir(cfg: Config, root: Path) -> Path:
-    return root / MODELS_DIR / cfg.dataset.name
 
 
 def run_prepare(cfg: Config, root: Path) -> dict:
@@ -41,7 +39,7 @@ def run_prepare(cfg: Config, root: Path) -> dict:
     rooted = _rooted(cfg, root)
     manifest = data.prepare(rooted)
     counts = {split: info["num_examples"] for split, info in manifest["splits"].items()}
-    log.info("prepared %s from %s: %s", cfg.dataset.name, cfg.data.source, counts)
+    log.info("prepared %s from %s: %s", cfg.dataset.name, rooted.data.source, counts)
     files.write_json(root / DATA_METRICS, _data_headline(rooted, counts), sort_keys=True)
     return manifest
 
@@ -260,19 +258,6 @@ def run_all(cfg: Config, root: Path):
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def _rooted(cfg: Config, root: Path) -> Config:
-    """The config with project-relative data paths made absolute (stages may run from anywhere)."""
-    import dataclasses
-
-    def rooted(p):
-        return p if p is None or os.path.isabs(p) else str(root / p)
-
-    data_cfg = dataclasses.replace(
-        cfg.data, path=rooted(cfg.data.path), output_dir=rooted(cfg.data.output_dir)
-    )
-    return dataclasses.replace(cfg, data=data_cfg)
 
 
 def _prefixed(metrics: dict, prefix: str) -> dict:

@@ -185,7 +185,7 @@ MODEL_SCHEMAS["airbench"] = AirbenchConfig
 
 @dataclass
 class DataConfig:
-    source: str = "tfds"
+    source: str = "auto"
     path: str = "data/raw"
     tfds_data_dir: Optional[str] = None
     train_split: str = "train"
