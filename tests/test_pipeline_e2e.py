@@ -107,11 +107,15 @@ def _client(project: Path):
 
 
 def test_dvc_repro_produces_a_complete_mlflow_run(repro_project):
-    project, env, _ = repro_project
+    project, env, out = repro_project
     run_id = json.loads((project / "run.json").read_text())["run_id"]
     client = _client(project)
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
+    # Each stage's last line says where its results are and how to look at the run.
+    look = f"mlflow ui --backend-store-uri sqlite:///mlflow.db, then http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+    assert f"train INFO trained: metrics/train.json, plots/history.csv; the run: {look}" in out, out[-3000:]
+    assert f"examples: metrics/eval.json; the run: {look}" in out, out[-3000:]
     assert run.info.run_name == f"cifar10-cnn-one_device-{default_policy()}-{run_id[:6]}"
 
     params = run.data.params

@@ -94,6 +94,7 @@ def run_train(cfg: Config, root: Path):
         _log_training(run, cfg, result, workdir, root, prepared, manifest, digest, prov)
         # last: a full disk or a failed upload before this leaves the run to resume (at its final step)
         workdir.mark_complete(fingerprint, result.weights_sha256)
+    log.info("trained: %s, %s; the run: %s", TRAIN_METRICS, HISTORY_CSV, tracking.where(run, root))
     return result
 
 
@@ -222,7 +223,14 @@ def run_evaluate(cfg: Config, root: Path):
         run.set_tags(tracking.dvc_lock_tags(provenance.collect(root)))
         if model_id and cfg.tracking.register_model:
             _register(run, cfg, model_id)
-    log.info("test accuracy %.4f on %d examples", result.accuracy, result.num_examples)
+    where = tracking.where(run, root)
+    log.info(
+        "test accuracy %.4f on %d examples: %s; the run: %s",
+        result.accuracy,
+        result.num_examples,
+        EVAL_METRICS,
+        where,
+    )
     return result
 
 

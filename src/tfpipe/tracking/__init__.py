@@ -22,6 +22,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from tfpipe.errors import TrackingError  # noqa: E402
 from tfpipe.tracking.backend import check_reachable, resolve_tracking_uri, store_root
+from tfpipe.tracking.naming import where
 from tfpipe.tracking.opening import ParentRun, context_tags, read_run_file, resume_run, start_run
 from tfpipe.tracking.redact import is_secret_key, redact
 from tfpipe.tracking.run import NullRun, Run
@@ -32,6 +33,7 @@ __all__ = [
     "check_reachable",
     "resolve_tracking_uri",
     "store_root",
+    "where",
     "is_secret_key",
     "redact",
     "NullRun",

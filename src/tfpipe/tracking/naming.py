@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from tfpipe.tracking import backend
-from tfpipe.tracking.redact import is_secret_key, redact_text
+from tfpipe.tracking.redact import is_secret_key, redact_text, redact_url
 from tfpipe.tracking.tags import run_name as base_name
 
 PARENT_RUN_ENV = "TFPIPE_PARENT_RUN_ID"  # set by `pipeline.sweep`: the sweep's parent run
@@ -137,3 +137,17 @@ def source_tags(project_root) -> dict:
     if main and recorded_path(main, project_root) != main:
         tags["mlflow.source.name"] = recorded_path(main, project_root)
     return tags
+
+
+def where(run, project_root) -> str:
+    """Where to look at `run` in the MLflow UI, for a stage's last line: the run's page on a tracking server,
+    or the `mlflow ui` command for a local store (run from the project) and the page it will serve."""
+    if not getattr(run, "run_id", None):
+        return "not tracked"
+    page = f"#/experiments/{run.experiment_id}/runs/{run.run_id}"
+    uri = str(run.tracking_uri)
+    if uri.startswith(("http://", "https://")):
+        return f"{redact_url(uri).rstrip('/')}/{page}"
+    root = str(Path(project_root).resolve())
+    store = uri.replace(f"///{root}/", "///", 1) if uri.startswith(f"sqlite:///{root}/") else uri
+    return f"mlflow ui --backend-store-uri {store}, then http://127.0.0.1:5000/{page}"
