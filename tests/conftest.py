@@ -241,6 +241,16 @@ def prepared_text(text_dir, tmp_path_factory) -> Prepared:
     return prepare_tree(text_dir, tmp_path_factory.mktemp("prepared") / "imdb", "dataset=imdb")
 
 
+@pytest.fixture(scope="session")
+def db_template(tmp_path_factory) -> Path:
+    """One migrated, empty mlflow.db per worker (MLflow's schema migrations take seconds); copy it, never write it."""
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow_template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
 def churning_environment(read, rounds: int = 300) -> None:
     """Call `read()` while a thread adds and removes variables, as MLflow's telemetry thread does."""
     import threading

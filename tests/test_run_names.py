@@ -26,16 +26,6 @@ CONTEXT_ENV = (
 KIND = "mlflow.experimentKind"
 
 
-@pytest.fixture(scope="module")
-def db_template(tmp_path_factory) -> Path:
-    """One migrated mlflow.db (creating the schema takes seconds); each test gets a copy."""
-    from mlflow import MlflowClient
-
-    path = tmp_path_factory.mktemp("mlflow_template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
-
-
 @pytest.fixture
 def clean_env(monkeypatch):
     import mlflow

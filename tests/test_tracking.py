@@ -20,16 +20,6 @@ from tfpipe.errors import TrackingError
 MLFLOW_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME")
 
 
-@pytest.fixture(scope="module")
-def db_template(tmp_path_factory) -> Path:
-    """One migrated mlflow.db (creating the schema takes seconds); each test gets a copy."""
-    from mlflow import MlflowClient
-
-    path = tmp_path_factory.mktemp("mlflow_template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
-
-
 @pytest.fixture
 def clean_mlflow(monkeypatch):
     import mlflow
