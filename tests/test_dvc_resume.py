@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,9 +66,12 @@ def test_dvc_repro_after_kill_9_resumes_into_the_same_run(tmp_path, image_dir, t
     assert "test_accuracy" in run.data.metrics  # evaluate ran into the same run
 
 
-def _committed_baseline(tmp_path, image_dir, text_dir):
+@pytest.fixture(scope="module")
+def committed_baseline(tmp_path_factory, image_dir, text_dir):
     """A project whose last commit holds a finished run's dvc.lock (models/ in DVC's cache), as a team has
-    after `dvc exp apply` + `git commit`: what `dvc exp run` checks out before it runs the stages."""
+    after `dvc exp apply` + `git commit`: what `dvc exp run` checks out before it runs the stages. Made once;
+    each test runs in its own copy (the whole folder: git, DVC cache, store)."""
+    tmp_path = tmp_path_factory.mktemp("baseline")
     project, env = _make_project(tmp_path, image_dir, text_dir, "train.checkpoint_every_steps=2")
     _run(
         [sys.executable, "-m", "dvc", "add", "data/raw/cifar10", "data/raw/imdb"], project, env
@@ -87,11 +91,16 @@ def _shelved_step(project) -> int:
 
 
 @pytest.mark.parametrize("form", [[], ["--temp"]], ids=["workspace", "temp"])
-def test_dvc_exp_run_after_ctrl_c_resumes_into_the_same_run(tmp_path, image_dir, text_dir, form):
+def test_dvc_exp_run_after_ctrl_c_resumes_into_the_same_run(tmp_path, committed_baseline, form):
     """Ctrl-C (SIGINT to the whole foreground group) during `dvc exp run -S ...`, then the same command: DVC
     first checks out the committed finished models/ over the interrupted one (and `--temp` works in a copy it
     deletes), yet the training resumes from its newest checkpoint into the same MLflow run."""
-    project, env = _committed_baseline(tmp_path, image_dir, text_dir)
+    baseline, env = committed_baseline
+    project = shutil.copytree(baseline, tmp_path / "project", symlinks=True)
+    env = {
+        **env,
+        "PYTHONPATH": str(project / "src"),
+    }  # (the experiment's artifact folder stays the baseline's)
     overrides = [*TINY, "train.checkpoint_every_steps=2", f"train.epochs={EPOCHS}"]  # -S composes conf/ anew
     command = [sys.executable, "-m", "dvc", "exp", "run", *form, *[a for o in overrides for a in ("-S", o)]]
     proc = subprocess.Popen(
