@@ -17,7 +17,7 @@ from tfpipe.errors import TrackingError
 
 ROOT = Path(__file__).resolve().parents[1]
 # test_tracking's fixtures (a fresh copy of a migrated SQLite store, tiny sealed SavedModels), shared
-cfg, clean_mlflow, db_template = test_tracking.cfg, test_tracking.clean_mlflow, test_tracking.db_template
+cfg, clean_mlflow = test_tracking.cfg, test_tracking.clean_mlflow  # db_template: conftest
 project, saved_models = test_tracking.project, test_tracking.saved_models
 IMAGE_CLASSES, _client = test_tracking.IMAGE_CLASSES, test_tracking._client
 NAME = "tfpipe-test"

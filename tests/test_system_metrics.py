@@ -9,12 +9,11 @@ import time
 import pytest
 import test_tracking
 
-cfg, clean_mlflow, db_template, project = (
+cfg, clean_mlflow, project = (
     test_tracking.cfg,
     test_tracking.clean_mlflow,
-    test_tracking.db_template,
     test_tracking.project,
-)
+)  # db_template: conftest
 
 
 def _monitors() -> list:
