@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import test_tracking
 import yaml
 from conftest import ROOT, default_policy
 
-MLFLOW_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME")
 CONTEXT_ENV = (
     "DVC_EXP_NAME",
     "DVC_ROOT",
@@ -24,18 +24,14 @@ CONTEXT_ENV = (
     "TFPIPE_PARENT_RUN_ID",
 )
 KIND = "mlflow.experimentKind"
+clean_mlflow = test_tracking.clean_mlflow  # MLFLOW_* unset, MLflow's global state reset afterwards
 
 
 @pytest.fixture
-def clean_env(monkeypatch):
-    import mlflow
-
-    for name in (*MLFLOW_ENV, *CONTEXT_ENV):
+def clean_env(clean_mlflow, monkeypatch):
+    """clean_mlflow, and none of the variables that say where a run sits (DVC experiment, trial, sweep)."""
+    for name in CONTEXT_ENV:
         monkeypatch.delenv(name, raising=False)
-    yield
-    while mlflow.active_run() is not None:
-        mlflow.end_run()
-    mlflow.set_tracking_uri(None)
 
 
 @pytest.fixture
