@@ -78,8 +78,8 @@ class WorkDir:
             return files.read_line(self.checkpoint_dir / RUN_ID_FILE)
         shelved = self._shelved(fingerprint)
         if self.path.exists():
-            why = "finished run" if state.is_file() else "other or unknown config"
             if shelved is None:
+                why = "finished run" if state.is_file() else "other or unknown config"
                 log.info("starting fresh: clearing %s (%s)", self.path, why)
             files.clear_folder(self.path)
         if shelved is None:
@@ -90,9 +90,9 @@ class WorkDir:
 
     def _shelved(self, fingerprint: str) -> Optional[Path]:
         """This config's shelf when it holds a started training (its run id and a checkpoint), else None."""
-        if self.shelf_root is None:
+        shelf = self._shelf_for(fingerprint)
+        if shelf is None:
             return None
-        shelf = self.shelf_root / fingerprint[:32]
         has_run = files.read_line(shelf / FINGERPRINT_FILE) == fingerprint and files.read_line(
             shelf / RUN_ID_FILE
         )
@@ -103,9 +103,8 @@ class WorkDir:
         files.write_text(
             self.checkpoint_dir / RUN_ID_FILE, f"{run_id}\n"
         )  # a resumed training continues this run
-        if self.shelf_root is not None:
-            self._shelf = self.shelf_root / fingerprint[:32]
-            self._shelve()
+        self._shelf = self._shelf_for(fingerprint)
+        self._shelve()
 
     def mark_complete(self, fingerprint: str, weights_sha256: Optional[str]) -> None:
         files.write_json(
@@ -116,10 +115,14 @@ class WorkDir:
         if self._shelf is not None:  # finished: nothing left to resume
             shutil.rmtree(self._shelf, ignore_errors=True)
 
+    def _shelf_for(self, fingerprint: str) -> Optional[Path]:
+        return self.shelf_root / fingerprint[:32] if self.shelf_root is not None else None
+
     def _shelve(self) -> None:
         """Mirror the chief's checkpoints folder onto this training's shelf (links: no bytes copied)."""
         if self._shelf is not None and self._scratch is None and self.checkpoint_dir.is_dir():
-            files.mirror(self.checkpoint_dir, self._shelf, last="checkpoint")
+            with files.saving(self._shelf, "the links of the newest checkpoint"):
+                files.mirror(self.checkpoint_dir, self._shelf, last="checkpoint")
 
     # -- checkpoints (TensorFlow)
 
@@ -184,10 +187,10 @@ class WorkDir:
 
         try:
             self._manager.save(checkpoint_number=step)
-            self._shelve()
         except (tf.errors.OpError, OSError) as exc:
             self._remove_partial_saves()
             raise UserError(self._save_failed(step, exc)) from None
+        self._shelve()
 
     def _save_failed(self, step: int, exc: BaseException) -> str:
         previous = self._manager.latest_checkpoint if self._manager else None
@@ -245,7 +248,7 @@ class WorkDir:
         if self._scratch is None:  # the chief's
             with files.saving(self.checkpoint_dir, HISTORY_FILE):
                 files.write_json(self.checkpoint_dir / HISTORY_FILE, self.history)
-                self._shelve()
+            self._shelve()
 
     def _read_history(self) -> List[dict]:
         path = self.checkpoint_dir / HISTORY_FILE

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tfpipe.tracking import backend
 from tfpipe.tracking.redact import is_secret_key, redact_text, redact_url
+from tfpipe.tracking.runfile import portable_uri
 from tfpipe.tracking.tags import run_name as base_name
 
 PARENT_RUN_ENV = "TFPIPE_PARENT_RUN_ID"  # set by `pipeline.sweep`: the sweep's parent run
@@ -148,6 +149,5 @@ def where(run, project_root) -> str:
     uri = str(run.tracking_uri)
     if uri.startswith(("http://", "https://")):
         return f"{redact_url(uri).rstrip('/')}/{page}"
-    root = str(Path(project_root).resolve())
-    store = uri.replace(f"///{root}/", "///", 1) if uri.startswith(f"sqlite:///{root}/") else uri
+    store = portable_uri(uri, project_root)  # as run.json holds it: relative to the project when inside
     return f"mlflow ui --backend-store-uri {store}, then http://127.0.0.1:5000/{page}"
