@@ -102,6 +102,9 @@ BAD_OVERRIDES = [
         ["train.global_batch_size=256", "did you mean 'train.batch_size_per_replica'", "divides evenly"],
     ),
     (["trian.epochs=3"], ["trian.epochs=3", "did you mean 'train.epochs'", "allowed keys under '<root>'"]),
+    # a key typed without its section: the keys further down that end with it
+    (["epochs=3"], ["epochs=3", "did you mean 'train.epochs'?", "allowed keys under '<root>'"]),
+    (["seed=1"], ["seed=1", "did you mean 'data.seed' or 'train.seed'?"]),
     (["train.epochs.x=1"], ["train.epochs.x", "'train.epochs' is a value", "not a section"]),
     # config group options
     (

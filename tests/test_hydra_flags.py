@@ -200,3 +200,30 @@ def test_installed_console_script_takes_hydra_flags():
     assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["train"]["epochs"] == 3, proc.stderr
     sweep = _run(["tfpipe", "sweep", "--help"])
     assert sweep.returncode == 0 and "powered by Hydra" in sweep.stdout
+
+
+# ----------------------------------------------------------------------------- mlflow run -P KEY=VALUE
+
+
+def test_mlflow_run_undeclared_param_is_an_override(capsys):
+    """`mlflow run . -e train -P train.epochs=3` appends `--train.epochs 3` (a param the MLproject does not
+    declare); the stage takes it as the override train.epochs=3, also as `--KEY=VALUE` and beside others."""
+    code, out, err, ran = _cli(capsys, ["model=resnet", "--train.epochs", "3", "--cfg", "job"])
+    assert code == 0 and not ran, err
+    printed = yaml.safe_load(out)
+    assert printed["train"]["epochs"] == 3 and printed["model"]["name"] == "resnet"
+    code, out, err, _ = _cli(capsys, ["--train.batch_size_per_replica=16", "--dataset", "imdb", "--cfg", "job"])
+    assert code == 0, err
+    printed = yaml.safe_load(out)
+    assert printed["train"]["batch_size_per_replica"] == 16 and printed["dataset"]["name"] == "imdb"
+
+
+def test_mlflow_run_unknown_param_names_the_key_and_p_overrides(capsys):
+    """`-P epochs=3` (no such key) arrives as `--epochs 3`: one line naming the key, a did-you-mean and
+    `-P overrides=`, exit 2, before the stage runs."""
+    code, out, err, ran = _cli(capsys, ["--epochs", "3"])
+    assert code == 2 and not ran and len(err) == 1, err
+    assert "-P epochs=3" in err[0] and "train.epochs" in err[0] and "-P overrides=" in err[0]
+    with pytest.raises(SystemExit) as exited:  # a misspelt flag with no value stays argparse's usage error
+        _cli(capsys, ["--debg"])
+    assert exited.value.code == 2 and "unrecognized arguments: --debg" in capsys.readouterr().err

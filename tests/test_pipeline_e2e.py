@@ -425,7 +425,7 @@ def test_dvc_exp_run_composes_conf_for_imdb(repro_project):
 
 def test_mlflow_run_logs_into_the_run_it_created(repro_project):
     project, env, _ = repro_project
-    overrides = " ".join([*TINY, "train.epochs=1"])
+    overrides = " ".join(TINY)
     out = _run(
         [
             sys.executable,
@@ -439,6 +439,8 @@ def test_mlflow_run_logs_into_the_run_it_created(repro_project):
             "tfpipe",
             "-P",
             f"overrides={overrides}",
+            "-P",
+            "train.epochs=1",  # a key the MLproject does not declare: mlflow run hands it over as --train.epochs 1
         ],
         project,
         env,
@@ -451,6 +453,7 @@ def test_mlflow_run_logs_into_the_run_it_created(repro_project):
     assert newest.info.status == "FINISHED"
     assert "test_accuracy" in newest.data.metrics and "train_loss" in newest.data.metrics
     assert newest.data.params["data.source"] == "directory"
+    assert newest.data.params["train.epochs"] == "1"
     assert newest.data.tags.get("mlflow.project.entryPoint") == "main"
 
 

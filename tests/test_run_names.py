@@ -323,7 +323,9 @@ def test_the_experiment_is_declared_model_training(cfg, project):
     assert experiment.name == "tfpipe" and experiment.tags[KIND] == "custom_model_development"
 
 
-def test_an_existing_experiment_is_declared_on_first_use_and_a_set_kind_is_kept(cfg, project, monkeypatch):
+def test_an_existing_experiment_is_declared_on_first_use_and_a_set_kind_is_kept(
+    cfg, project, monkeypatch, caplog
+):
     client = _client(project / "mlflow.db")
     older = client.create_experiment("tfpipe")  # made by an earlier tfpipe: no kind
     _train(cfg, project)
@@ -338,6 +340,8 @@ def test_an_existing_experiment_is_declared_on_first_use_and_a_set_kind_is_kept(
 
     by_mlflow_run = client.create_experiment("made-by-mlflow-run")  # `mlflow run` hands the run over
     monkeypatch.setenv("MLFLOW_RUN_ID", client.create_run(by_mlflow_run).info.run_id)
-    run = _train(cfg, project)
+    with caplog.at_level(logging.WARNING, logger="tfpipe.tracking.opening"):
+        run = _train(cfg, project)
+    assert "mlflow run . --experiment-name tfpipe" in caplog.text  # it kept the run, and says where to aim
     assert client.get_experiment(by_mlflow_run).tags[KIND] == "custom_model_development"
     assert run.info.run_name == f"{_base()}-{run.info.run_id[:6]}"

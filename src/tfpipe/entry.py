@@ -15,6 +15,7 @@ import argparse
 import functools
 import logging
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -74,7 +75,8 @@ def cli(
         "--debug", action="store_true", help=f"show Python tracebacks for bad input (also: env {DEBUG_ENV}=1)"
     )
     hydra_flags.add_flags(parser)
-    args = parser.parse_args(list(argv))
+    argv, from_mlflow = _mlflow_params(parser, list(argv))
+    args = parser.parse_args(argv)
     # `mlflow run -P overrides="a=1 b=2"` hands all overrides over as one quoted argument.
     try:
         overrides = [part for arg in args.overrides for part in shlex.split(arg)]
@@ -83,6 +85,8 @@ def cli(
             stage, f"overrides {' '.join(args.overrides)!r}: {exc}; quote each KEY=VALUE once"
         )
     debug = args.debug or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes")
+    if (refused := _check_mlflow_keys(stage, from_mlflow)) is not None:
+        return refused
     answer = hydra_flags.answer(stage, parser.prog, args, overrides, Path(root), debug, load_config)
     if answer is not None:
         return answer
@@ -96,6 +100,46 @@ def cli(
     return _run_guarded(
         stage, _with_args(run, overrides, args.params), overrides, args.params, Path(root), debug
     )
+
+
+# `mlflow run -P KEY=VALUE` with a KEY the MLproject does not declare appends `--KEY VALUE` to the command.
+_MLFLOW_PARAM = re.compile(r"--([+~]?[A-Za-z_][\w]*(?:\.[\w]+)*)(?:=(.*))?$", re.DOTALL)
+
+
+def _mlflow_params(parser: argparse.ArgumentParser, argv: list) -> tuple[list, list]:
+    """argv with each `--KEY VALUE` (or `--KEY=VALUE`) that is not one of the parser's flags turned into the
+    override `KEY=VALUE`, and the (KEY, VALUE) pairs turned: how `mlflow run -P train.epochs=1` arrives."""
+    out, turned, i = [], [], 0
+    while i < len(argv):
+        match = _MLFLOW_PARAM.match(argv[i])
+        if match and match.group(1) not in {o.lstrip("-") for o in parser._option_string_actions}:
+            value = match.group(2)
+            if value is None and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                i, value = i + 1, argv[i + 1]
+            if value is not None:
+                out.append(f"{match.group(1)}={value}")
+                turned.append((match.group(1), value))
+                i += 1
+                continue
+        out.append(argv[i])
+        i += 1
+    return out, turned
+
+
+def _check_mlflow_keys(stage: str, turned: list) -> int | None:
+    """A key handed over as `--KEY VALUE` that is no config key or group: one line naming `-P` (mlflow run's)."""
+    from tfpipe.config import schema_key
+
+    for key, value in turned:
+        try:
+            schema_key(key.lstrip("+~"))
+        except USER_ERRORS as exc:
+            return hydra_flags.refuse(
+                stage,
+                f"--{key} {value} (mlflow run's -P {key}={value}): {one_line(exc)}; "
+                f'-P takes any config key (-P train.epochs=3), or several as -P overrides="KEY=VALUE ..."',
+            )
+    return None
 
 
 def _with_args(run: Callable, overrides: list, params: str) -> Callable:

@@ -74,6 +74,20 @@ def schema_type(dotted: str) -> Optional[Any]:
     return tp
 
 
+def _deeper(typed: str) -> str:
+    """' (did you mean 'train.epochs'?)' for 'epochs': the keys further down whose last part is what was typed."""
+    found, todo = [], [("", Config)]
+    while todo:
+        path, tp = todo.pop(0)
+        for name, child in _children(tp).items():
+            key = f"{path}{name}"
+            if key.endswith(f".{typed}"):
+                found.append(key)
+            if dataclasses.is_dataclass(child):
+                todo.append((f"{key}.", child))
+    return f" (did you mean {' or '.join(repr(k) for k in found[:3])}?)" if found else ""
+
+
 def unknown_key(dotted: str, allowed: list, value: Any = None, typed: Optional[str] = None) -> ConfigError:
     """'<key>=<value>: unknown config key (did you mean ...?); allowed keys under <parent>: ...'
 
@@ -87,7 +101,7 @@ def unknown_key(dotted: str, allowed: list, value: Any = None, typed: Optional[s
         suggestion, why = hint
         mean = f" (did you mean '{suggestion}'?{' ' + why if why else ''})"
     else:
-        mean = did_you_mean(leaf, allowed, prefix, rest)
+        mean = did_you_mean(leaf, allowed, prefix, rest) or _deeper(typed)
     shown = f"{typed}={value}" if value not in (None, "") else typed
     return ConfigError(
         f"{shown}: unknown config key{mean}; allowed keys under '{parent or '<root>'}': {', '.join(allowed)}"
