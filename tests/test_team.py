@@ -387,6 +387,7 @@ def test_server_keeps_the_store_uri_out_of_argv_and_listens_on_loopback_only(tra
     assert any("mlflow server" in c for c in procs.values()) and len(procs) >= 3, (
         procs
     )  # script, CLI, workers
+    assert not [c for c in procs.values() if "huey" in c], procs  # no job runner: server.sh turns it off
     where = tracking_server["store"].split("@", 1)[1]  # 127.0.0.1:<port>/mlflow
     assert not [c for c in procs.values() if "postgresql" in c or where in c], procs
     cli = next(pid for pid, c in procs.items() if "mlflow server" in c)

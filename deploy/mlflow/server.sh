@@ -52,6 +52,9 @@ case "$permission" in READ|USE|EDIT|MANAGE|NO_PERMISSIONS) ;; *) die "MLFLOW_DEF
 # Not given: a fresh random key per start (signed-in browser sessions end with a restart).
 export MLFLOW_FLASK_SERVER_SECRET_KEY="${MLFLOW_FLASK_SERVER_SECRET_KEY:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
 export MLFLOW_AUTH_ADMIN_USERNAME="${MLFLOW_AUTH_ADMIN_USERNAME:-admin}"
+# MLflow's job runner (huey consumers for GenAI scorers and trace roll-ups) starts 4+ processes a training team
+# never uses; MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true turns it back on.
+export MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}"
 # SQLAlchemy 2.1 maps plain postgresql:// to psycopg 3; the pinned driver is psycopg2 (psycopg2-binary).
 psycopg2() { sed -E 's#^postgres(ql)?://#postgresql+psycopg2://#' <<<"$1"; }
 export MLFLOW_BACKEND_STORE_URI="$(psycopg2 "$MLFLOW_BACKEND_STORE_URI")"   # mlflow server reads it from here
