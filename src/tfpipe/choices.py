@@ -35,6 +35,7 @@ PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 PRECISION_CHOICES = PRECISIONS + ("auto",)  # auto: resolved from the hardware at start (tfpipe.precision)
 OPTIMIZERS = ("adam", "adamw", "sgd")
 LR_SCHEDULES = ("constant", "cosine", "onecycle")
+EARLY_STOPPING_MONITORS = ("val_loss", "val_accuracy")  # the validation metrics every epoch row holds
 SOURCES = (
     "auto",
     "tfds",

@@ -50,6 +50,10 @@ class Hook:
     def on_train_end(self) -> None:
         """Always called, also when the loop raised."""
 
+    def finished(self) -> bool:
+        """True once training should end at the next epoch boundary (early stopping); checked before every epoch."""
+        return False
+
     def stop_requested(self) -> bool:
         return False
 

@@ -150,9 +150,12 @@ def _log_training(
     if result.warm_start:  # which layers the warm start filled, which kept their fresh initialisation
         run.set_tags({f"init.layers_{k}": ",".join(v)[:4000] or "-" for k, v in result.warm_start.items()})
     run.log_metrics(_prefixed(result.final_metrics, "final_"), step=len(result.history))
+    stopping = result.early_stopping or {}  # train.early_stopping's record (EarlyStopping.summary)
+    run.log_metrics(stopping, step=len(result.history))
 
     summary = {
         **result.final_metrics,
+        **stopping,
         "train_seconds": result.train_seconds,
         "steps": result.steps,
         "global_batch_size": result.global_batch_size,

@@ -65,6 +65,35 @@ class LRScheduleConfig:
 
 
 @dataclass
+class EarlyStoppingConfig:
+    monitor: Optional[str] = None  # a validation metric (val_loss | val_accuracy); None: off
+    mode: str = "auto"  # min | max | auto (max for accuracy, min for loss)
+    patience: int = 3  # epochs without an improvement of more than min_delta before training stops
+    min_delta: float = 0.0  # the smallest change that counts as an improvement
+    restore_best_weights: bool = True  # the export (and logged model) holds the best epoch's weights
+
+    def check(self, optimizer: OptimizerConfig) -> None:
+        if self.monitor is None:
+            return
+        choice("train.early_stopping.monitor", self.monitor, choices.EARLY_STOPPING_MONITORS)
+        choice("train.early_stopping.mode", self.mode, ("auto", "min", "max"))
+        positive("train.early_stopping.patience", self.patience)
+        non_negative("train.early_stopping.min_delta", self.min_delta)
+        averaged = (
+            "lookahead_every"
+            if optimizer.lookahead_every
+            else "ema_momentum"
+            if optimizer.ema_momentum
+            else ""
+        )
+        if self.restore_best_weights and averaged:
+            raise ConfigError(
+                f"train.early_stopping.restore_best_weights=true with train.optimizer.{averaged}: the run ends "
+                f"on averaged weights, not an epoch's; set restore_best_weights=false (or {averaged}=0)"
+            )
+
+
+@dataclass
 class TrainConfig:
     epochs: int = 3
     batch_size_per_replica: int = 64
@@ -90,6 +119,7 @@ class TrainConfig:
     log_device_placement: bool = False  # tf.debugging.set_log_device_placement while training
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
 
     def check(self, cfg) -> None:
         for key in (
@@ -130,6 +160,7 @@ class TrainConfig:
             raise ConfigError(f"train.label_smoothing={self.label_smoothing!r}: must be in [0, 1)")
         self.optimizer.check()
         self.lr_schedule.check(self.epochs)
+        self.early_stopping.check(self.optimizer)
 
     def _check_accumulation(self, strategy: str) -> None:
         n = self.grad_accumulation_steps

@@ -1,4 +1,5 @@
-"""The loop: epochs of optimizer steps, with the step boundaries where hooks log, checkpoint and stop.
+"""The loop: epochs of optimizer steps, with the step boundaries where hooks log, checkpoint and stop, and the
+epoch boundaries where a hook may end training (early stopping).
 
 It knows a runner (`train(k)`, `sync`, `end_epoch`, `evaluate`), the step metrics (`Steps`, with the examples
 actually trained on) and a list of hooks; not strategies, datasets, files or MLflow. Calls run `train.steps_per_execution` steps and end
@@ -63,6 +64,8 @@ class Loop:
         self._call("on_train_begin", step)
         try:
             for epoch in range(start_epoch, self.schedule.epochs):
+                if any(hook.finished() for hook in self.hooks):  # early stopping (also when resumed after it)
+                    break
                 skip = start_epoch_step if epoch == start_epoch else 0
                 result.rows.append(self._epoch(epoch, skip))
                 result.epochs_run += 1

@@ -9,6 +9,7 @@ import keras
 import tensorflow as tf
 
 from tfpipe import precision
+from tfpipe.training.early_stopping import EarlyStopping
 from tfpipe.training.lookahead import Lookahead
 from tfpipe.training.optim import make_lr_schedule, make_optimizer, total_steps
 
@@ -39,6 +40,7 @@ class Steps:
             # scale_loss reads its dynamic variable (not the initial constant) inside the step.
             self.optimizer.build(self.model.trainable_variables)
             self.lookahead = Lookahead.from_config(self.model, tc, total_steps(tc, steps_per_epoch))
+            self.early_stopping = EarlyStopping.from_config(self.model, tc)
             self.loss_fn = task.build_loss()
             self.epoch_loss = keras.metrics.Mean(name="epoch_loss")
             self.epoch_acc = keras.metrics.SparseCategoricalAccuracy(name="epoch_accuracy")
@@ -77,6 +79,7 @@ class Steps:
             epoch_step=self.epoch_step,
             rng={str(i): v.value for i, v in enumerate(rng_states)},
             **({"lookahead": self.lookahead.checkpointed()} if self.lookahead else {}),
+            **({"early_stopping": self.early_stopping.checkpointed()} if self.early_stopping else {}),
         )
 
     def _per_example_loss(self, labels, probabilities):

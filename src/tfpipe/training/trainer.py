@@ -53,6 +53,7 @@ class TrainResult:
     determinism: Dict[str, Any] = field(default_factory=dict)  # determinism.setup() settings in force
     workdir: Optional[WorkDir] = None  # the work directory (files of the newest checkpoint, ...)
     warm_start: Optional[dict] = None  # {"loaded": [...], "fresh": [...]} layers when init_weights was given
+    early_stopping: Optional[dict] = None  # EarlyStopping.summary(): metrics, when train.early_stopping is on
 
 
 def train(
@@ -92,10 +93,11 @@ def _steps_per_epoch(tc, task: Task, runner) -> int:
     return max(micro // tc.grad_accumulation_steps, 1)
 
 
-def _final_metrics(history: list, runner) -> dict:
+def _final_metrics(history: list, runner, epoch: Optional[int] = None) -> dict:
+    """The last epoch's train and validation metrics, or epoch `epoch`'s (the weights early stopping restored)."""
     if not history:  # resumed a finished run whose history file is gone: score validation again
         return runner.evaluate()
-    last = history[-1]
+    last = next((row for row in history if row["epoch"] == epoch), history[-1])
     return {
         "train_loss": last["epoch_train_loss"],
         "train_accuracy": last["epoch_train_accuracy"],
@@ -132,6 +134,7 @@ def _train(
     hooks = [SinkHook(sink)] if (sink is not None and chief) else []
     hooks += [CheckpointHook(workdir, steps), stop_hook(strategy)]
     hooks += _model_hooks(tc, steps.model, runner, warm, start_epoch)
+    hooks += [steps.early_stopping] if steps.early_stopping else []
     if chief and progress.wanted():
         hooks.append(progress.ProgressHook(tc.epochs, steps_per_epoch))
     hooks += extra_hooks + monitoring.hooks_from_config(
@@ -146,9 +149,10 @@ def _train(
         1 if tc.profile_steps else tc.steps_per_execution,
     )
     done = Loop(runner, steps, hooks, schedule).fit(start_epoch, start_epoch_step, step)
+    best_epoch = steps.early_stopping.restore_best() if steps.early_stopping else None
     steps.finalize_weights()
     history = workdir.history
-    final = _final_metrics(history, runner)
+    final = _final_metrics(history, runner, best_epoch)
     task.export(steps.model, workdir.export_dir)
     workdir.close()
     return TrainResult(
@@ -169,4 +173,5 @@ def _train(
         weights_sha256=determinism.weights_sha256(steps.model),
         workdir=workdir,
         warm_start=warm,
+        early_stopping=steps.early_stopping.summary() if steps.early_stopping else None,
     )
