@@ -46,16 +46,21 @@ def _diff(repo, change) -> str:
     return text
 
 
-def _forge(tmp_path, commit, diff=None, dirty="true") -> str:
+def _forge(tmp_path, commit, diff=None, dirty="true", config="seed: 1\n") -> str:
     """A run in a real SQLite store with the tags and artifacts a rerun reads."""
     import mlflow
 
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'store.db'}")
-    exp = client.create_experiment("forged", artifact_location=(tmp_path / "art").as_uri())
+    found = client.get_experiment_by_name("forged")
+    exp = (
+        found.experiment_id
+        if found
+        else client.create_experiment("forged", artifact_location=(tmp_path / "art").as_uri())
+    )
     run_id = client.create_run(exp).info.run_id
     client.set_tag(run_id, "git.commit", commit)
     client.set_tag(run_id, "git.dirty", dirty)
-    client.log_text(run_id, "seed: 1\n", "config/resolved.yaml")
+    client.log_text(run_id, config, "config/resolved.yaml")
     if diff:
         client.log_text(run_id, diff, "provenance/git_diff.patch")
     return run_id
@@ -138,6 +143,33 @@ def test_trusted_ref_refuses_a_commit_it_does_not_contain(project, tmp_path):
     proc = _audit(repo, tmp_path, _forge(tmp_path, side), "--trusted-ref", "main")
     assert proc.returncode == 2 and "not an ancestor of --trusted-ref main" in proc.stderr
     assert not (tmp_path / "env.txt").exists()
+
+
+HOOKED = "seed: 1\ntrain:\n  hooks:\n  - _target_: {target}\n    command: touch {marker}\n"
+
+
+@pytest.mark.slow
+def test_a_recorded_hook_is_called_only_when_it_is_code_of_the_commit(project, tmp_path):
+    """train.hooks names what the train stage instantiates: a record naming os.system (or any module outside the
+    run's commit) is refused before any stage runs; a hook module the commit holds passes the check."""
+    repo, commit = project
+    marker = tmp_path / "MARKER"
+    proc = _audit(
+        repo, tmp_path, _forge(tmp_path, commit, config=HOOKED.format(target="os.system", marker=marker))
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "train.hooks[0]._target_='os.system' is no module of the run's commit" in proc.stderr
+    assert not marker.exists() and not (tmp_path / "env.txt").exists()
+    (repo / "team_hooks.py").write_text("from tfpipe.hooks import Hook\n\n\nclass Notify(Hook):\n    pass\n")
+    _sh(repo, "git", "add", "-A")
+    _sh(repo, "git", "commit", "-qm", "a hook")
+    ours = _sh(repo, "git", "rev-parse", "HEAD").strip()
+    proc = _audit(
+        repo,
+        tmp_path,
+        _forge(tmp_path, ours, config=HOOKED.format(target="team_hooks.Notify", marker=marker)),
+    )
+    assert "train.hooks" not in proc.stderr and (tmp_path / "env.txt").exists(), proc.stderr
 
 
 @pytest.mark.slow

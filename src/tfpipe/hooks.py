@@ -1,6 +1,8 @@
 """Hooks: what happens at the training loop's step boundaries. The loop calls every hook at the same points
 and knows none of them; each hook owns one concern (metrics sink, checkpoint + history, stop signals; TensorBoard,
-profiler and device placement live in `tfpipe.monitoring`). TensorFlow-free."""
+profiler and device placement live in `tfpipe.monitoring`). A team's own hooks come from the config
+(`train.hooks`: `_target_` entries naming `Hook` subclasses, built with Hydra's instantiate, `from_config`) and are
+called after the built-in ones. TensorFlow-free."""
 
 from __future__ import annotations
 
@@ -119,3 +121,29 @@ class StopHook(Hook):
         if self._stack is not None:
             self._stack.close()
             self._stack = None
+
+
+def from_config(entries) -> list:
+    """`train.hooks` built: each entry `{_target_: package.module.Class, **kwargs}` names a `Hook` subclass,
+    instantiated with Hydra with those keyword arguments. Only Hook subclasses are called: a config (or a run record
+    re-run by an audit) cannot make the loop call any other callable. A bad entry is one ConfigError line."""
+    from hydra.errors import HydraException
+    from hydra.utils import get_object, instantiate
+
+    from tfpipe.errors import ConfigError, one_line
+
+    built = []
+    for i, entry in enumerate(entries or []):
+        key = f"train.hooks[{i}]._target_"
+        target = entry["_target_"]
+        try:
+            cls = get_object(target)
+        except (HydraException, ImportError, ValueError) as exc:
+            raise ConfigError(f"{key}={target}: cannot be imported ({one_line(exc, 200)})") from None
+        if not (isinstance(cls, type) and issubclass(cls, Hook)):
+            raise ConfigError(f"{key}={target}: not a subclass of tfpipe.hooks.Hook; only hooks are called")
+        try:
+            built.append(instantiate(dict(entry), _convert_="all"))
+        except (HydraException, TypeError, ValueError) as exc:
+            raise ConfigError(f"train.hooks[{i}] ({target}): {one_line(exc, 300)}") from None
+    return built

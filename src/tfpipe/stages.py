@@ -55,6 +55,7 @@ def _data_headline(cfg: Config, counts: dict) -> dict:
 def run_train(cfg: Config, root: Path):
     """Prepared data -> trained model, SavedModel, train metrics and history, one MLflow run."""
     from tfpipe import cluster, data, provenance, tracking, training
+    from tfpipe import hooks as loop_hooks
 
     composed, cfg = cfg, _rooted(cfg, root)
     chief = cluster.is_chief()  # from TF_CONFIG; True for single-process strategies
@@ -65,6 +66,7 @@ def run_train(cfg: Config, root: Path):
     prov = provenance.collect(root)
 
     init_weights, init_tags = _warm_start_source(cfg, root)  # before the run opens: a bad source is one line
+    own_hooks = loop_hooks.from_config(cfg.train.hooks)  # before the run opens too: a bad hook is one line
     workdir = WorkDir(model_dir(cfg, root), shelf_root=tracking.store_root(root) / SHELF)
     fingerprint = training_fingerprint(composed, digest)  # project-relative: the same in a DVC temp copy
     resume_run_id = workdir.prepare(fingerprint) if chief else None  # the interrupted training's run
@@ -77,9 +79,8 @@ def run_train(cfg: Config, root: Path):
         run.set_tags({**tracking.run_tags(cfg, None, digest, prov), **init_tags})
         run.log_dataset(manifest, digest, prepared, context="train")
         _log_data_report(run, prepared)
-        hooks = tuning_hooks(
-            cfg.train.epochs
-        )  # a tuner's trial reports its epochs to the study (TFPIPE_TUNE_TRIAL)
+        # a tuner's trial reports its epochs to the study (TFPIPE_TUNE_TRIAL); the team's own hooks before
+        hooks = own_hooks + tuning_hooks(cfg.train.epochs)
         result = training.train(
             cfg,
             prepared_dir=prepared,

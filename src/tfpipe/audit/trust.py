@@ -183,3 +183,17 @@ def write_inside(wt: Path, rel: str, text: str) -> None:
     if target.is_symlink() or not target.resolve().is_relative_to(wt.resolve()):
         raise UserError(f"rerun: {rel} in the worktree points outside it; refused")
     target.write_text(text, encoding="utf-8")
+
+
+def check_hooks(cfg: dict, wt: Path) -> None:
+    """A recorded `train.hooks` entry may name only code of the run's commit (a module file in the worktree, at
+    its top or under src/): a re-run runs that commit's code, never a callable a run record names elsewhere."""
+    for i, entry in enumerate((cfg.get("train") or {}).get("hooks") or []):
+        target = str(entry.get("_target_", "")) if isinstance(entry, dict) else ""
+        module = target.rpartition(".")[0].replace(".", "/")
+        found = [wt / base / f"{module}{end}" for base in ("", "src") for end in (".py", "/__init__.py")]
+        if not module or not any(f.is_file() and f.resolve().is_relative_to(wt.resolve()) for f in found):
+            raise UserError(
+                f"rerun: recorded train.hooks[{i}]._target_={target!r} is no module of the run's commit "
+                f"({module or '?'}.py is not in it); a re-run calls only the commit's own hooks; refused"
+            )

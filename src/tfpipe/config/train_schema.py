@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, List, Optional
 
 from tfpipe import choices
 from tfpipe.config.checks import choice, non_negative, positive
@@ -120,6 +120,9 @@ class TrainConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    hooks: List[Any] = field(
+        default_factory=list
+    )  # a team's Hook subclasses: [{_target_: pkg.mod.Class, **kwargs}]
 
     def check(self, cfg) -> None:
         for key in (
@@ -161,6 +164,13 @@ class TrainConfig:
         self.optimizer.check()
         self.lr_schedule.check(self.epochs)
         self.early_stopping.check(self.optimizer)
+        for i, entry in enumerate(self.hooks):
+            target = entry.get("_target_") if isinstance(entry, dict) else None
+            if not isinstance(target, str) or "." not in target.strip("."):
+                raise ConfigError(
+                    f"train.hooks[{i}]={entry!r}: expected a mapping with _target_: package.module.HookClass "
+                    "(and the hook's keyword arguments)"
+                )
 
     def _check_accumulation(self, strategy: str) -> None:
         n = self.grad_accumulation_steps
