@@ -19,7 +19,10 @@ from tfpipe.hooks import Hook
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ("model.filters=[8,8]", "model.dense_units=16", "train.batch_size_per_replica=4")
-NEVER = ("train.early_stopping.monitor=val_accuracy", "train.early_stopping.min_delta=1.0")  # cannot improve by 1
+NEVER = (
+    "train.early_stopping.monitor=val_accuracy",
+    "train.early_stopping.min_delta=1.0",
+)  # cannot improve by 1
 
 
 def _cfg(*overrides: str):
@@ -31,7 +34,10 @@ def _cfg(*overrides: str):
     [
         (["train.early_stopping.monitor=val_los"], "did you mean 'val_loss'"),
         (["train.early_stopping.monitor=val_loss", "train.early_stopping.patience=0"], "patience=0"),
-        (["train.early_stopping.monitor=val_loss", "train.early_stopping.mode=up"], "allowed: auto, min, max"),
+        (
+            ["train.early_stopping.monitor=val_loss", "train.early_stopping.mode=up"],
+            "allowed: auto, min, max",
+        ),
         (
             ["train.early_stopping.monitor=val_loss", "train.optimizer.lookahead_every=5"],
             "restore_best_weights=false (or lookahead_every=0)",
@@ -110,7 +116,9 @@ def test_training_stops_early_and_exports_the_best_epoch(prepared_image, tmp_pat
         "early_stopping_stopped": 1.0,
         "early_stopping_restored": 1.0,
     }
-    assert stopped.final_metrics["val_loss"] == stopped.history[0]["val_loss"]  # the best epoch's, not the last
+    assert (
+        stopped.final_metrics["val_loss"] == stopped.history[0]["val_loss"]
+    )  # the best epoch's, not the last
     assert stopped.weights_sha256 == plain.weights_sha256
 
 
@@ -132,7 +140,9 @@ def test_a_run_killed_while_waiting_resumes_to_the_same_stop_and_weights(prepare
     whole = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path / "whole")
     killed = tmp_path / "killed"
     with pytest.raises(KeyboardInterrupt):
-        training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=killed, hooks=[_KillAfter(2)])
+        training.train(
+            cfg, prepared_dir=prepared_image.prepared_dir, output_dir=killed, hooks=[_KillAfter(2)]
+        )
     resumed = training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=killed)
     assert resumed.resumed and resumed.initial_epoch == 2 and resumed.epochs_run == 1
     assert [row["epoch"] for row in whole.history] == [0, 1, 2]
@@ -172,4 +182,6 @@ def test_the_train_stage_records_the_stop_in_mlflow_and_train_json(prepared_imag
     assert metrics["early_stopping_best_epoch"] == 0 and metrics["early_stopping_stopped"] == 1
     assert metrics["early_stopping_restored"] == 1 and len(metrics) > 4
     summary = json.loads((tmp_path / "metrics" / "train.json").read_text())
-    assert summary["early_stopping_best_epoch"] == 0 and summary["val_accuracy"] == metrics["final_val_accuracy"]
+    assert (
+        summary["early_stopping_best_epoch"] == 0 and summary["val_accuracy"] == metrics["final_val_accuracy"]
+    )

@@ -212,7 +212,9 @@ def test_mlflow_run_undeclared_param_is_an_override(capsys):
     assert code == 0 and not ran, err
     printed = yaml.safe_load(out)
     assert printed["train"]["epochs"] == 3 and printed["model"]["name"] == "resnet"
-    code, out, err, _ = _cli(capsys, ["--train.batch_size_per_replica=16", "--dataset", "imdb", "--cfg", "job"])
+    code, out, err, _ = _cli(
+        capsys, ["--train.batch_size_per_replica=16", "--dataset", "imdb", "--cfg", "job"]
+    )
     assert code == 0, err
     printed = yaml.safe_load(out)
     assert printed["train"]["batch_size_per_replica"] == 16 and printed["dataset"]["name"] == "imdb"

@@ -246,7 +246,7 @@ def test_run_file_holds_the_store_relative_to_the_project_and_evaluate_reads_it_
         tracking.read_run_file(moved / "run.json", moved)["tracking_uri"]
         == f"sqlite:///{moved.resolve()}/mlflow.db"
     )
-    with caplog.at_level(logging.WARNING, logger="tfpipe.tracking.opening"):
+    with caplog.at_level(logging.WARNING, logger="tfpipe.tracking.naming"):
         with tracking.resume_run(cfg, moved, stage="evaluate") as again:
             again.log_metrics({"test_accuracy": 0.5}, step=0)
     assert again.run_id == run.run_id and not caplog.records
@@ -264,7 +264,7 @@ def test_an_old_run_file_with_an_absolute_store_still_reads(cfg, project, caplog
     (project / "run.json").write_text(json.dumps(old))  # what earlier versions wrote
     assert tracking.read_run_file(project / "run.json", project)["tracking_uri"] == old["tracking_uri"]
     assert tracking.read_run_file(project / "run.json")["tracking_uri"] == old["tracking_uri"]
-    with caplog.at_level(logging.WARNING, logger="tfpipe.tracking.opening"):
+    with caplog.at_level(logging.WARNING, logger="tfpipe.tracking.naming"):
         with tracking.resume_run(cfg, project, stage="evaluate") as again:
             pass
     assert again.run_id == run.info.run_id and not caplog.records
@@ -340,7 +340,7 @@ def test_an_existing_experiment_is_declared_on_first_use_and_a_set_kind_is_kept(
 
     by_mlflow_run = client.create_experiment("made-by-mlflow-run")  # `mlflow run` hands the run over
     monkeypatch.setenv("MLFLOW_RUN_ID", client.create_run(by_mlflow_run).info.run_id)
-    with caplog.at_level(logging.WARNING, logger="tfpipe.tracking.opening"):
+    with caplog.at_level(logging.WARNING, logger="tfpipe.tracking.naming"):
         run = _train(cfg, project)
     assert "mlflow run . --experiment-name tfpipe" in caplog.text  # it kept the run, and says where to aim
     assert client.get_experiment(by_mlflow_run).tags[KIND] == "custom_model_development"

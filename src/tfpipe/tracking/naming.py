@@ -11,10 +11,14 @@ is used as is.
 A queued or `--temp` DVC experiment runs in a temporary copy of the repository that DVC deletes: paths the run
 records (`mlflow.source.name`, `tfpipe.project`, the dataset source, absolute paths in params and in the
 resolved config) name the same place in the project (env DVC_ROOT, see `backend.store_root`) instead.
+
+Where: a run `mlflow run` made in another experiment than the project's (no --experiment-name) is kept and named
+in one warning line (`warn_other_experiment`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -23,6 +27,8 @@ from tfpipe.tracking import backend
 from tfpipe.tracking.redact import is_secret_key, redact_text, redact_url
 from tfpipe.tracking.runfile import portable_uri
 from tfpipe.tracking.tags import run_name as base_name
+
+log = logging.getLogger(__name__)
 
 PARENT_RUN_ENV = "TFPIPE_PARENT_RUN_ID"  # set by `pipeline.sweep`: the sweep's parent run
 TUNE_TRIAL_ENV = "TFPIPE_TUNE_TRIAL_NUMBER"  # set by `pipeline.tune`: the trial this run is (tag tune.trial)
@@ -151,3 +157,23 @@ def where(run, project_root) -> str:
         return f"{redact_url(uri).rstrip('/')}/{page}"
     store = portable_uri(uri, project_root)  # as run.json holds it: relative to the project when inside
     return f"mlflow ui --backend-store-uri {store}, then http://127.0.0.1:5000/{page}"
+
+
+def warn_other_experiment(client, run_id: str, experiment_name: str) -> None:
+    """`mlflow run .` without --experiment-name makes its run in experiment 'Default': the run is kept (it is
+    the one `mlflow run` reports), and one line says how to land in the project's experiment."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        found = client.get_experiment(client.get_run(run_id).info.experiment_id).name
+    except MlflowException:
+        return  # _start names the missing run
+    if found != experiment_name:
+        log.warning(
+            "MLFLOW_RUN_ID %s is in MLflow experiment %r, not this project's %r (tracking.experiment_name): "
+            "mlflow run . --experiment-name %s (or env MLFLOW_EXPERIMENT_NAME) logs there",
+            run_id,
+            found,
+            experiment_name,
+            experiment_name,
+        )

@@ -97,7 +97,7 @@ def _open_train_run(cfg, root: Path, client, uri: str, name: str, env_run_id, re
     system = _system_metrics(cfg.tracking)
     try:
         if env_run_id:
-            _warn_other_experiment(client, env_run_id, cfg.tracking.experiment_name)
+            naming.warn_other_experiment(client, env_run_id, cfg.tracking.experiment_name)
             return _start(env_run_id, where="env MLFLOW_RUN_ID", uri=uri, system_metrics=system)
         if reopen_id:
             return _start(reopen_id, where="the interrupted training's run", uri=uri, system_metrics=system)
@@ -108,24 +108,6 @@ def _open_train_run(cfg, root: Path, client, uri: str, name: str, env_run_id, re
         )
     except MlflowException as exc:
         raise TrackingError(f"MLflow store {redact_url(uri)}: {one_line(exc)}") from None
-
-
-def _warn_other_experiment(client, run_id: str, experiment_name: str) -> None:
-    """`mlflow run .` without --experiment-name makes its run in experiment 'Default': the run is kept (it is
-    the one `mlflow run` reports), and one line says how to land in the project's experiment."""
-    try:
-        found = client.get_experiment(client.get_run(run_id).info.experiment_id).name
-    except MlflowException:
-        return  # _start names the missing run
-    if found != experiment_name:
-        log.warning(
-            "MLFLOW_RUN_ID %s is in MLflow experiment %r, not this project's %r (tracking.experiment_name): "
-            "mlflow run . --experiment-name %s (or env MLFLOW_EXPERIMENT_NAME) logs there",
-            run_id,
-            found,
-            experiment_name,
-            experiment_name,
-        )
 
 
 def _system_metrics(tracking_cfg) -> bool:

@@ -106,12 +106,13 @@ def _final_metrics(history: list, runner, epoch: Optional[int] = None) -> dict:
     }
 
 
-def _model_hooks(tc, model, runner, warm, start_epoch: int) -> list:
-    """What changes the model between epochs: a warm start's frozen layers, and layers that follow the epoch."""
-    hooks = [EpochLayersHook(model, start_epoch, runner)]
+def _model_hooks(tc, steps, runner, warm, start_epoch: int) -> list:
+    """What acts on the model between epochs: a warm start's frozen layers, layers that follow the epoch, and
+    early stopping (whether another epoch runs, the best epoch's weights)."""
+    hooks = [EpochLayersHook(steps.model, start_epoch, runner)]
     if warm and tc.freeze_epochs:
-        hooks.append(FreezeHook(model, warm["loaded"], tc.freeze_epochs, start_epoch, runner))
-    return hooks
+        hooks.append(FreezeHook(steps.model, warm["loaded"], tc.freeze_epochs, start_epoch, runner))
+    return hooks + ([steps.early_stopping] if steps.early_stopping else [])
 
 
 def _train(
@@ -133,8 +134,7 @@ def _train(
     runner.start(steps, start_epoch, start_epoch_step)
     hooks = [SinkHook(sink)] if (sink is not None and chief) else []
     hooks += [CheckpointHook(workdir, steps), stop_hook(strategy)]
-    hooks += _model_hooks(tc, steps.model, runner, warm, start_epoch)
-    hooks += [steps.early_stopping] if steps.early_stopping else []
+    hooks += _model_hooks(tc, steps, runner, warm, start_epoch)
     if chief and progress.wanted():
         hooks.append(progress.ProgressHook(tc.epochs, steps_per_epoch))
     hooks += extra_hooks + monitoring.hooks_from_config(
