@@ -160,6 +160,9 @@ def test_a_recorded_hook_is_called_only_when_it_is_code_of_the_commit(project, t
     assert proc.returncode == 2, proc.stderr
     assert "train.hooks[0]._target_='os.system' is no module of the run's commit" in proc.stderr
     assert not marker.exists() and not (tmp_path / "env.txt").exists()
+    builder = "seed: 1\nmodel:\n  name: team\n  builder: subprocess:getoutput\n"  # a team model's builder
+    proc = _audit(repo, tmp_path, _forge(tmp_path, commit, config=builder))
+    assert proc.returncode == 2 and "model.builder='subprocess:getoutput' is no module" in proc.stderr
     (repo / "team_hooks.py").write_text("from tfpipe.hooks import Hook\n\n\nclass Notify(Hook):\n    pass\n")
     _sh(repo, "git", "add", "-A")
     _sh(repo, "git", "commit", "-qm", "a hook")

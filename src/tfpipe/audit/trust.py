@@ -185,15 +185,26 @@ def write_inside(wt: Path, rel: str, text: str) -> None:
     target.write_text(text, encoding="utf-8")
 
 
+def _named_code(cfg: dict) -> list:
+    """(key, target) of every import path a config names: train.hooks[i]._target_ and model.builder."""
+    hooks = (cfg.get("train") or {}).get("hooks") or []
+    named = [
+        (f"train.hooks[{i}]._target_", e.get("_target_") if isinstance(e, dict) else e)
+        for i, e in enumerate(hooks)
+    ]
+    builder = (cfg.get("model") or {}).get("builder")
+    return named + ([("model.builder", builder)] if builder else [])
+
+
 def check_hooks(cfg: dict, wt: Path) -> None:
-    """A recorded `train.hooks` entry may name only code of the run's commit (a module file in the worktree, at
-    its top or under src/): a re-run runs that commit's code, never a callable a run record names elsewhere."""
-    for i, entry in enumerate((cfg.get("train") or {}).get("hooks") or []):
-        target = str(entry.get("_target_", "")) if isinstance(entry, dict) else ""
-        module = target.rpartition(".")[0].replace(".", "/")
+    """The import paths a recorded config names (`train.hooks`, `model.builder`) may name only code of the run's
+    commit (a module file in the worktree, at its top or under src/): a re-run runs that commit's code, never a
+    callable a run record names elsewhere."""
+    for key, target in _named_code(cfg):
+        module = str(target or "").replace(":", ".").rpartition(".")[0].replace(".", "/")
         found = [wt / base / f"{module}{end}" for base in ("", "src") for end in (".py", "/__init__.py")]
         if not module or not any(f.is_file() and f.resolve().is_relative_to(wt.resolve()) for f in found):
             raise UserError(
-                f"rerun: recorded train.hooks[{i}]._target_={target!r} is no module of the run's commit "
-                f"({module or '?'}.py is not in it); a re-run calls only the commit's own hooks; refused"
+                f"rerun: recorded {key}={target!r} is no module of the run's commit "
+                f"({module or '?'}.py is not in it); a re-run calls only the commit's own code; refused"
             )

@@ -48,7 +48,9 @@ def _stored(section: str, raw: dict):
 
     if section == "model":
         name = raw.get("name", "cnn") if isinstance(raw, dict) else "cnn"
-        if name not in schema.MODEL_SCHEMAS:
+        if isinstance(raw, dict) and "builder" in raw:  # a team's own model: its name is theirs
+            name = schema.CUSTOM_MODEL
+        elif name not in schema.MODEL_SCHEMAS:
             from tfpipe import choices
             from tfpipe.config.checks import choice
 

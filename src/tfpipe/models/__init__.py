@@ -10,6 +10,7 @@ from typing import Callable, Dict, Optional
 
 import keras
 
+from tfpipe.models import custom
 from tfpipe.models.airbench import build_airbench, fit_whitening
 from tfpipe.models.backbones import APPLICATIONS, build_backbone
 from tfpipe.models.export import export_saved_model, load_class_names
@@ -70,11 +71,11 @@ def build_model(
     """cfg.model.name -> a keras.Model on the training input (uint8 images / int token ids),
     built under the current dtype policy and (if any) the current strategy scope. `normalization`: the
     manifest's per-channel {"mean", "std"} of the train split (resnet and airbench normalise with it)."""
-    builder = MODEL_BUILDERS.get(cfg.model.name)
+    builder = custom.build if getattr(cfg.model, "builder", None) else MODEL_BUILDERS.get(cfg.model.name)
     if builder is None:
         raise ValueError(
             f"model.name={cfg.model.name!r}: unknown model; valid names: {', '.join(MODEL_BUILDERS)}"
         )
     if num_classes < 2:
         raise ValueError(f"num_classes={num_classes!r}: need at least 2 classes")
-    return builder(cfg, int(num_classes), vocab_size, normalization)
+    return builder(cfg, int(num_classes), vocab_size, normalization)  # custom.build: a team's own model
