@@ -151,11 +151,11 @@ def test_stage_refuses_bad_config_fast_without_traceback(stage):
 def test_choice_names_and_registries_agree():
     """The names config accepts (tfpipe.choices) are exactly what the registries build."""
     from tfpipe import choices, distribute, models, textnorm
-    from tfpipe.config import MODEL_SCHEMAS
+    from tfpipe.config import MODEL_SCHEMAS, schema
     from tfpipe.data import inputs
 
     assert set(distribute.STRATEGY_BUILDERS) == set(choices.STRATEGIES)
-    assert set(models.MODEL_BUILDERS) == set(choices.MODELS) == set(MODEL_SCHEMAS)
+    assert set(models.MODEL_BUILDERS) == set(choices.MODELS) == set(MODEL_SCHEMAS) - {schema.CUSTOM_MODEL}
     assert tuple(inputs.SHARD_POLICIES) == choices.SHARD_POLICIES
     assert tuple(textnorm.STANDARDIZERS) == choices.STANDARDIZERS
     assert set(choices.IMAGE_MODELS) | set(choices.TEXT_MODELS) == set(choices.MODELS)

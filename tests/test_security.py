@@ -280,7 +280,7 @@ def test_pins_and_installed_versions_are_past_known_cves(package):
     assert _version(metadata.version(package)) >= floor
 
 
-# ----------------------------------------------------------------------------- configs cannot name code
+# ----------------------------------------------------------------------------- configs name code in two places only
 
 FORBIDDEN_CALLS = (
     "instantiate",
@@ -293,16 +293,29 @@ FORBIDDEN_CALLS = (
 )
 
 
-def test_no_code_instantiates_classes_named_by_config():
-    """Strategies, models and optimizers are chosen from fixed registries by name; nothing imports or
-    instantiates a dotted path (Hydra `_target_`, importlib) that a config could supply."""
-    offenders = []
+# The two doors through which a config names code (issue 34): a team's hooks (Hook subclasses only) and a team's
+# model builder. `audit --rerun` refuses both unless the path is a module of the recorded commit (test_audit_trust).
+NAMED_CODE_DOORS = {
+    "src/tfpipe/hooks.py": {"get_object", "instantiate"},
+    "src/tfpipe/models/custom.py": {"importlib.import_module"},
+}
+
+
+def test_only_the_hook_and_model_builder_doors_import_paths_named_by_config():
+    """Strategies, optimizers and the built-in models are chosen from fixed registries by name; nothing else
+    imports or instantiates a dotted path (Hydra `_target_`, importlib) that a config could supply."""
+    offenders, doors = [], {}
     for path in _python_files():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and _dotted(node.func).split(".")[-1] in FORBIDDEN_CALLS:
-                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {_dotted(node.func)}")
+                name, where = _dotted(node.func), str(path.relative_to(ROOT))
+                if name in NAMED_CODE_DOORS.get(where, ()):
+                    doors.setdefault(where, set()).add(name)
+                else:
+                    offenders.append(f"{where}:{node.lineno} {name}")
     assert not offenders, offenders
+    assert doors == NAMED_CODE_DOORS  # the doors are where this test says (a moved one is looked at again)
 
 
 @pytest.mark.parametrize(
