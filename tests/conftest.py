@@ -227,6 +227,27 @@ def stage_project(tmp_path: Path, prepared: Prepared, *overrides: str):
     return project, env, stage
 
 
+def stages_in_process(cfg, root: Path, monkeypatch, *names: str) -> str:
+    """`stages.run_<name>(cfg, root)` for each name, in this process, tracking into root's own SQLite store (env
+    MLFLOW_* cleared); any MLflow run left open is ended and the tracking URI reset. The run id from the run file."""
+    import json
+
+    import mlflow
+
+    from tfpipe import stages
+
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        for name in names:
+            getattr(stages, f"run_{name}")(cfg, root)
+    finally:
+        while mlflow.active_run() is not None:
+            mlflow.end_run()
+        mlflow.set_tracking_uri(None)
+    return json.loads((root / cfg.tracking.run_file).read_text())["run_id"]
+
+
 @pytest.fixture(scope="session")
 def prepared_image(image_dir, tmp_path_factory) -> Prepared:
     """`image_dir` prepared with the cifar10 config (32x32x3): Prepared(cfg, prepared_dir); 8 examples per shard,

@@ -478,12 +478,11 @@ def _env(project: Path) -> dict:
 
 @pytest.mark.slow
 def test_train_logs_the_report_and_evaluate_the_dedup_accuracy(image_reports, tmp_path, monkeypatch):
-    import mlflow
+    from conftest import stages_in_process
     from mlflow import MlflowClient
 
-    from tfpipe import config, stages
+    from tfpipe import config
 
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     prepared = image_reports[1].prepared_dir
     cfg = config.compose(
         [
@@ -498,14 +497,7 @@ def test_train_logs_the_report_and_evaluate_the_dedup_accuracy(image_reports, tm
         ],
         config_dir=ROOT / "conf",
     )
-    try:
-        stages.run_train(cfg, tmp_path)
-        stages.run_evaluate(cfg, tmp_path)
-    finally:
-        while mlflow.active_run() is not None:
-            mlflow.end_run()
-        mlflow.set_tracking_uri(None)
-    run_id = json.loads((tmp_path / cfg.tracking.run_file).read_text())["run_id"]
+    run_id = stages_in_process(cfg, tmp_path, monkeypatch, "train", "evaluate")
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     run = client.get_run(run_id)
     assert {a.path for a in client.list_artifacts(run_id, "data")} == {"data/report.json"}

@@ -155,13 +155,9 @@ def test_the_train_stage_records_the_stop_in_mlflow_and_train_json(prepared_imag
     """The MLflow run and metrics/train.json say which epoch's weights were exported and that training stopped."""
     import json
 
-    import mlflow
+    from conftest import stages_in_process
     from mlflow import MlflowClient
 
-    from tfpipe import stages
-
-    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME"):
-        monkeypatch.delenv(name, raising=False)
     cfg = _cfg(
         "data.source=directory",
         f"data.output_dir={prepared_image.prepared_dir}",
@@ -171,13 +167,7 @@ def test_the_train_stage_records_the_stop_in_mlflow_and_train_json(prepared_imag
         "tracking.log_model=false",
         "train.tensorboard=false",
     )
-    try:
-        stages.run_train(cfg, tmp_path)
-    finally:
-        while mlflow.active_run() is not None:
-            mlflow.end_run()
-        mlflow.set_tracking_uri(None)
-    run_id = json.loads((tmp_path / cfg.tracking.run_file).read_text())["run_id"]
+    run_id = stages_in_process(cfg, tmp_path, monkeypatch, "train")
     metrics = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(run_id).data.metrics
     assert metrics["early_stopping_best_epoch"] == 0 and metrics["early_stopping_stopped"] == 1
     assert metrics["early_stopping_restored"] == 1 and len(metrics) > 4

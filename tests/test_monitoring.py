@@ -5,7 +5,6 @@ Event files are read with TensorBoard's EventAccumulator, never judged by file n
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -187,13 +186,9 @@ def test_config_defaults(make_config):
 
 @pytest.mark.slow
 def test_train_stage_logs_the_tensorboard_dir_to_mlflow(prepared_image, tmp_path, monkeypatch):
-    import mlflow
+    from conftest import stages_in_process
     from mlflow import MlflowClient
 
-    from tfpipe import stages
-
-    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME"):
-        monkeypatch.delenv(name, raising=False)
     cfg = _cfg(
         "data.source=directory",
         f"data.output_dir={prepared_image.prepared_dir}",
@@ -202,16 +197,10 @@ def test_train_stage_logs_the_tensorboard_dir_to_mlflow(prepared_image, tmp_path
         "train.profile_steps=1-2",
         "tracking.log_model=false",
     )
-    try:
-        stages.run_train(cfg, tmp_path)
-    finally:
-        while mlflow.active_run() is not None:
-            mlflow.end_run()
-        mlflow.set_tracking_uri(None)
+    run_id = stages_in_process(cfg, tmp_path, monkeypatch, "train")
     assert (
         tmp_path / "models" / "cifar10" / "tensorboard" / "train"
     ).is_dir()  # under the DVC-tracked output
-    run_id = json.loads((tmp_path / cfg.tracking.run_file).read_text())["run_id"]
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert "tensorboard" in {a.path for a in client.list_artifacts(run_id)}
     logged = {a.path for a in client.list_artifacts(run_id, "tensorboard")}

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import List
 
 from tfpipe.config.checks import non_negative, positive
-from tfpipe.config.schema import ModelConfig, _filters
+from tfpipe.config.model_base import ModelConfig, _filters
 from tfpipe.errors import ConfigError
 
 

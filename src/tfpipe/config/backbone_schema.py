@@ -7,7 +7,7 @@ from typing import Optional
 
 from tfpipe import choices
 from tfpipe.config.checks import choice
-from tfpipe.config.schema import ModelConfig
+from tfpipe.config.model_base import ModelConfig
 from tfpipe.errors import ConfigError
 
 

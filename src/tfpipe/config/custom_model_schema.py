@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict
 
 from tfpipe import choices
-from tfpipe.config.schema import ModelConfig
+from tfpipe.config.model_base import ModelConfig
 from tfpipe.errors import ConfigError
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,39}$")  # it names runs and the registered model

@@ -10,8 +10,12 @@ from typing import List, Optional
 
 from tfpipe import choices
 from tfpipe.config import checks
+from tfpipe.config.airbench_schema import AirbenchConfig
+from tfpipe.config.backbone_schema import BackboneConfig
 from tfpipe.config.checks import choice, device, launcher, non_negative, positive
+from tfpipe.config.custom_model_schema import CustomModelConfig
 from tfpipe.config.data_schema import DataConfig  # noqa: F401 - a section schema, re-exported
+from tfpipe.config.model_base import ModelConfig, _filters  # noqa: F401 - re-exported
 from tfpipe.config.tracking_schema import TrackingConfig  # noqa: F401 - a section schema, re-exported
 from tfpipe.errors import ConfigError
 
@@ -42,43 +46,6 @@ class DatasetConfig:
             positive("dataset.max_tokens", self.max_tokens)
             positive("dataset.sequence_length", self.sequence_length)
             choice("dataset.standardize", self.standardize, choices.STANDARDIZERS)
-
-
-@dataclass
-class ModelConfig:
-    """What every model has: the classifier head (tfpipe.models.head)."""
-
-    name: str = "cnn"
-    dense_units: int = 64  # hidden dense layer before the logits (0: none, where the model allows it)
-    dropout: float = 0.0
-
-    def check(self, cfg) -> None:
-        choice("model.name", self.name, choices.MODELS)
-        modality = cfg.dataset.modality
-        wanted = choices.IMAGE_MODELS if modality == "image" else choices.TEXT_MODELS
-        if self.name not in wanted:
-            raise ConfigError(
-                f"model.name={self.name!r}: is not a {modality} model, but dataset {cfg.dataset.name!r} is "
-                f"{modality}; allowed: {', '.join(wanted)}"
-            )
-        if self.name in (
-            "resnet",
-            "airbench",
-            "ngram_bag",
-            "nbsvm",
-            "nblr",
-            *choices.BACKBONES,
-        ):  # 0: no hidden dense layer
-            non_negative("model.dense_units", self.dense_units)
-        else:
-            positive("model.dense_units", self.dense_units)
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout={self.dropout!r}: must be in [0, 1)")
-
-
-def _filters(values, key: str = "model.filters") -> None:
-    if not values or min(values) <= 0:
-        raise ConfigError(f"{key}={values!r}: expected a non-empty list of positive integers")
 
 
 @dataclass
@@ -175,14 +142,8 @@ MODEL_SCHEMAS = {
     "nbsvm": NbsvmConfig,
     "nblr": NblrConfig,
 }
-from tfpipe.config.backbone_schema import BackboneConfig  # noqa: E402 - subclasses ModelConfig above
-
 MODEL_SCHEMAS.update(dict.fromkeys(choices.BACKBONES, BackboneConfig))
-from tfpipe.config.airbench_schema import AirbenchConfig  # noqa: E402 - subclasses ModelConfig above
-
 MODEL_SCHEMAS["airbench"] = AirbenchConfig
-from tfpipe.config.custom_model_schema import CustomModelConfig  # noqa: E402 - subclasses ModelConfig above
-
 CUSTOM_MODEL = "custom"  # the schema of every model given by model.builder, whatever its name
 MODEL_SCHEMAS[CUSTOM_MODEL] = CustomModelConfig
 
