@@ -184,3 +184,56 @@ def test_the_stages_do_not_see_credentials(project, tmp_path):
     seen = (tmp_path / "env.txt").read_text()
     assert "PATH=" in seen and "planted" not in seen, proc.stderr
     assert f"rerun: executes commit {commit}" in proc.stderr and "stage prepare" in proc.stderr
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs: gone, or a zombie its new parent has not reaped yet, is not running."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.slow
+def test_a_stopped_audit_leaves_no_stage_process_and_no_worktree(project, tmp_path):
+    """A timeout's SIGTERM to `audit --rerun` while a stage runs: the stage's whole process group is stopped,
+    the worktree and the temporary folder are removed, exit 128 + 15 with one line saying so."""
+    import signal
+    import time
+
+    repo, _ = project
+    started = tmp_path / "stage.pid"
+    stages = (
+        f"stages:\n  prepare:\n    cmd: echo ok\n  train:\n    cmd: echo $$ > {started} && exec sleep 600\n"
+    )
+    (repo / "dvc.yaml").write_text(stages)
+    _sh(repo, "git", "commit", "-qam", "a long train stage")
+    commit = _sh(repo, "git", "rev-parse", "HEAD").strip()
+    run_id = _forge(tmp_path, commit, dirty="false")
+    scratch = tmp_path / "scratch"  # the audit's TMPDIR: its temporary folder lands here
+    scratch.mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")]),
+        "TMPDIR": str(scratch),
+    }
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    cmd = [sys.executable, "-m", "pipeline.audit", run_id, "--rerun", "--tracking-uri", uri]
+    audit = subprocess.Popen(
+        cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 240
+    while not (started.is_file() and started.read_text().strip()):  # the event: the train stage wrote its pid
+        assert audit.poll() is None, audit.communicate()
+        assert time.monotonic() < deadline, "the train stage never started"
+        time.sleep(0.2)
+    stage_pid = int(started.read_text())
+    assert list(scratch.iterdir())  # the worktree is there while the stage runs
+    audit.send_signal(signal.SIGTERM)
+    _, err = audit.communicate(timeout=120)
+    assert audit.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines()[-1].startswith("audit: stopped"), err
+    assert not _running(stage_pid)
+    assert list(scratch.iterdir()) == []
+    assert len(_sh(repo, "git", "worktree", "list").strip().splitlines()) == 1

@@ -102,23 +102,24 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
         )
         return 2
 
-    from tfpipe import audit
+    from tfpipe import audit, interrupts
     from tfpipe.errors import USER_ERRORS
 
     root = Path.cwd()
     try:
         if not args.rerun:
             return _check(args, root)
-        result = audit.rerun(
-            args.run_id,
-            root,
-            args.tracking_uri,
-            tolerance=args.tolerance,
-            apply_diff=args.apply_diff,
-            trusted_ref=args.trusted_ref,
-            pass_env=tuple(args.pass_env),
-            log=lambda m: print(m, file=sys.stderr),
-        )
+        with interrupts.graceful_stop():  # SIGTERM too: the re-run's processes and worktree are removed
+            result = audit.rerun(
+                args.run_id,
+                root,
+                args.tracking_uri,
+                tolerance=args.tolerance,
+                apply_diff=args.apply_diff,
+                trusted_ref=args.trusted_ref,
+                pass_env=tuple(args.pass_env),
+                log=lambda m: print(m, file=sys.stderr),
+            )
         print(audit.format_rerun(result), end="")
         return 1 if result.verdict == audit.DIFFERS_VERDICT else 0
     except USER_ERRORS as exc:
@@ -126,6 +127,13 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
             raise
         print(f"audit: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", 2)
+        print(
+            f"audit: stopped ({exc or 'SIGINT'}); the re-run's processes and worktree are removed",
+            file=sys.stderr,
+        )
+        return 128 + signum
 
 
 def compare_main(argv=None, prog: str = "python -m pipeline.compare") -> int:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -148,11 +150,45 @@ def _run_stages(wt: Path, store: str, log, pass_env: tuple = ()) -> str:
         steps.insert(0, ("prepare from the auditor's raw data", [*dvc, "prepare"]))
     for step, cmd in steps:
         log(f"rerun: {step} ...")
-        proc = subprocess.run(cmd, cwd=wt, env=env, capture_output=True, text=True)
+        proc = _run_group(cmd, wt, env)
         if proc.returncode != 0:
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
             raise UserError(f"rerun: `{' '.join(cmd[1:])}` failed in the worktree: {' | '.join(tail)[:800]}")
     return source
+
+
+def _run_group(cmd: list, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    """`cmd` in a process group of its own (dvc and the stage it starts); when the audit is stopped (Ctrl-C, a
+    timeout's SIGTERM: `interrupts.graceful_stop` raises here) the whole group is stopped before the worktree goes."""
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        _stop_group(proc)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _stop_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
+    """SIGTERM to the group (the stages checkpoint and end their MLflow runs KILLED), SIGKILL after `grace`."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.communicate(timeout=grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    with contextlib.suppress(ProcessLookupError):  # stragglers of a leader that exited first
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _report(run_id: str, run: dict, new: dict, verdict: str, diffs: list, n: int, tolerance: float) -> dict:
