@@ -237,3 +237,28 @@ def test_a_stopped_audit_leaves_no_stage_process_and_no_worktree(project, tmp_pa
     assert not _running(stage_pid)
     assert list(scratch.iterdir()) == []
     assert len(_sh(repo, "git", "worktree", "list").strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "recorded, key",
+    [
+        (
+            "data:\n  output_dir: ../../../../../outside\n",
+            "data.output_dir=../../../../../outside points outside",
+        ),
+        ("tracking:\n  run_file: ../../run.json\n", "tracking.run_file=../../run.json points outside"),
+        ("train:\n  tensorboard_dir: ../../../tb\n", "train.tensorboard_dir=../../../tb points outside"),
+        (
+            "data:\n  validation:\n    auto_reference: /etc/tfpipe-ref.json\n",
+            "auto_reference=/etc/tfpipe-ref.json cannot be re-rooted",
+        ),
+    ],
+)
+def test_a_recorded_path_escaping_the_worktree_is_refused_before_any_stage(project, tmp_path, recorded, key):
+    """Relative paths are resolved in the re-run's worktree, where they must stay; an absolute path under a key
+    that holds one (also data.validation.auto_reference) must re-root into it. Refused before any stage runs."""
+    repo, commit = project
+    proc = _audit(repo, tmp_path, _forge(tmp_path, commit, dirty="false", config="seed: 1\n" + recorded))
+    assert proc.returncode == 2 and key in proc.stderr and "refused" in proc.stderr, proc.stderr
+    assert not (tmp_path / "env.txt").exists()

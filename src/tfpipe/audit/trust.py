@@ -158,17 +158,31 @@ def _rerooted(value: str, root: Path, wt: Path):
     return None
 
 
+PATH_NAMES = (
+    "path",
+    "dir",
+    "file",
+    "reference",
+    "auto_reference",
+)  # keys that hold paths, besides *_dir/_path/_file
+
+
 def reroot(cfg, root: Path, wt: Path, key: str = ""):
-    """Every absolute path in the recorded config re-rooted into the worktree; one that cannot be is
-    refused (the read-only input data.path outside every project is kept: it is only read)."""
+    """Every absolute path in the recorded config re-rooted into the worktree, every relative one checked to stay
+    in it; one that cannot be is refused (the read-only input data.path outside every project is kept: it is only
+    read)."""
     if isinstance(cfg, dict):
         return {k: reroot(v, root, wt, f"{key}.{k}" if key else k) for k, v in cfg.items()}
     if isinstance(cfg, list):
         return [reroot(v, root, wt, key) for v in cfg]
     name = key.rsplit(".", 1)[-1]
-    path_like = name in ("path", "dir", "file") or name.endswith(("_dir", "_path", "_file"))
-    if not path_like or not isinstance(cfg, str) or not os.path.isabs(cfg) or "://" in cfg:
+    path_like = name in PATH_NAMES or name.endswith(("_dir", "_path", "_file"))
+    if not path_like or not isinstance(cfg, str) or "://" in cfg:
         return cfg  # e.g. strategy.device=/cpu:0 is not a path
+    if not os.path.isabs(cfg):  # relative: the stages resolve it in the worktree, where it must stay
+        if key != "data.path" and not (wt / cfg).resolve().is_relative_to(wt.resolve()):
+            raise UserError(f"rerun: recorded {key}={cfg} points outside the worktree; refused")
+        return cfg
     new = _rerooted(cfg, root, wt)
     if new is None and key == "data.path":
         return cfg
