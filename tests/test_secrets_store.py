@@ -55,6 +55,70 @@ def test_urls_inside_text_are_redacted_and_the_line_kept():
     assert redact_urls(text) == "remote: https://ci:***@dvc.example/store?token=*** (shared)"
 
 
+# Token formats seen in diffs and configs (issue 35, item 6); each planted value, made up, must not survive.
+GH_TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+GL_TOKEN = "glpat-" + "aB3dE5fG7hI9jK1lM3nO"
+HF_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJwbGFudGVkIn0.c2lnbmF0dXJlLXBsYW50ZWQtZm9yLWEtdGVzdA"
+
+
+@pytest.mark.parametrize(
+    "text, planted, kept",
+    [
+        (f"+export GITHUB={GH_TOKEN}", GH_TOKEN, "+export GITHUB="),
+        (f"remote = {GL_TOKEN} # ci", GL_TOKEN, "# ci"),
+        (f"hub: {HF_TOKEN}", HF_TOKEN, "hub:"),
+        (f"Authorization: Bearer {JWT}", JWT, "Authorization: Bearer"),
+        (f"git clone https://{GH_TOKEN}@github.com/o/r.git", GH_TOKEN, "@github.com/o/r.git"),
+        (
+            "https://oauth2token0123456789abc@gitlab.example/r.git",
+            "oauth2token0123456789abc",
+            "@gitlab.example/r.git",
+        ),
+        (
+            "https://b.s3.amazonaws.com/k?X-Amz-Credential=AK%2F1&X-Amz-Signature=5f1e2d",
+            "5f1e2d",
+            "X-Amz-Signature=***",
+        ),
+    ],
+)
+def test_token_formats_are_redacted_whole(text, planted, kept):
+    out = scrub(text)
+    assert planted not in out and "***" in out and kept in out, out
+    assert not any(part in out for part in (planted[4:20], planted[-12:])), (
+        out
+    )  # no tail or head of it either
+
+
+def test_the_study_record_is_redacted(tmp_path):
+    """tune/space.yaml, best/overrides.txt, best/params.yaml and the study's params and tags go through the same
+    redaction as every other record (a real SQLite store; the parent run is any run with a client and an id)."""
+    from types import SimpleNamespace
+
+    from mlflow import MlflowClient
+
+    from tfpipe.tracking import study
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = client.create_run(client.create_experiment("s")).info.run_id
+    parent = SimpleNamespace(client=client, run_id=run_id)
+    url = f"https://me:{URL_PASSWORD}@host/x"
+    study.record_space(
+        parent, {"tune.base": f"tracking.uri={url}"}, f"base: [tracking.uri={url}]\ntoken: {HF_TOKEN}\n"
+    )
+    study.record_best(
+        parent, {"best": 1.0}, {"tune.best": GH_TOKEN}, [f"tracking.uri={url}"], f"hub: {HF_TOKEN}\n"
+    )
+    run = client.get_run(run_id)
+    texts = [
+        client.download_artifacts(run_id, p, str(tmp_path))
+        for p in ("tune/space.yaml", "best/overrides.txt", "best/params.yaml")
+    ]
+    everything = "".join(Path(t).read_text() for t in texts) + str(run.data.params) + str(run.data.tags)
+    for planted in (URL_PASSWORD, HF_TOKEN, GH_TOKEN):
+        assert planted not in everything, everything
+
+
 # ----------------------------------------------------------------------------- detect-secrets scan
 
 

@@ -12,7 +12,7 @@ from mlflow.exceptions import MlflowException
 from tfpipe.errors import TrackingError, one_line
 from tfpipe.tracking import backend
 from tfpipe.tracking.opening import PARENT_RUN_ENV, ParentRun
-from tfpipe.tracking.redact import redact_url
+from tfpipe.tracking.redact import redact, redact_text, redact_url
 
 
 def store_dir(cfg, project_root) -> Path:
@@ -42,25 +42,26 @@ def open_parent(cfg, project_root, name: str, run_id: str | None, tags: dict) ->
 
 
 def record_space(parent: ParentRun, params: dict, spec_yaml: str) -> None:
-    for key, value in params.items():
+    """The study's space: its params and tune/space.yaml, redacted as every other record."""
+    for key, value in redact(params).items():
         try:
             parent.client.log_param(parent.run_id, key, value)
         except MlflowException:
             pass  # a restarted tuner: params are immutable and already there
-    parent.client.log_text(parent.run_id, spec_yaml, "tune/space.yaml")
+    parent.client.log_text(parent.run_id, redact_text(spec_yaml), "tune/space.yaml")
 
 
 def tag_run(parent: ParentRun, run_id: str, tags: dict) -> None:
-    for key, value in tags.items():
-        parent.client.set_tag(run_id, key, str(value))
+    for key, value in redact({k: str(v) for k, v in tags.items()}).items():
+        parent.client.set_tag(run_id, key, value)
 
 
 def record_best(parent: ParentRun, metrics: dict, tags: dict, overrides: list, params_yaml: str) -> None:
     for key, value in metrics.items():
         parent.client.log_metric(parent.run_id, key, float(value))
     tag_run(parent, parent.run_id, tags)
-    parent.client.log_text(parent.run_id, "\n".join(overrides) + "\n", "best/overrides.txt")
-    parent.client.log_text(parent.run_id, params_yaml, "best/params.yaml")
+    parent.client.log_text(parent.run_id, redact_text("\n".join(overrides) + "\n"), "best/overrides.txt")
+    parent.client.log_text(parent.run_id, redact_text(params_yaml), "best/params.yaml")
 
 
 def end_if_running(parent: ParentRun, run_id: str, status: str) -> None:
