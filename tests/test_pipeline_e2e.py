@@ -175,7 +175,9 @@ def test_logged_model_serves_raw_images(repro_project):
     assert images.dtype == np.uint8 and images.shape[1:] == (32, 32, 3)
     mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
     model = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
-    probabilities = np.asarray(model.predict(images))[:, : len(class_names)].astype(np.float64)
+    answer = model.predict(images)
+    probabilities = answer[class_names].to_numpy().astype(np.float64)
+    assert list(answer["class"]) == [class_names[i] for i in probabilities.argmax(axis=1)]
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-4)
     rows = (project / "plots" / "confusion_matrix.csv").read_text().splitlines()[1:]
     recorded = [row.split(",")[1] for row in rows]
@@ -202,12 +204,14 @@ def test_promoted_champion_served_over_http_predicts_as_evaluate(repro_project):
     port = _free_port()
     proc = _serve("models:/tfpipe-cifar10@champion", project, port)
     try:
-        predictions = np.asarray(post_when_up(proc, port, {"inputs": images.tolist()}))
+        records = post_when_up(proc, port, {"inputs": images.tolist()})
     finally:
         proc.terminate()
         proc.wait(60)
+    predictions = np.asarray([[record[name] for name in class_names] for record in records])
     assert predictions.shape == (len(images), len(class_names))
     rows = (project / "plots" / "confusion_matrix.csv").read_text().splitlines()[1:]
+    assert [record["class"] for record in records] == [row.split(",")[1] for row in rows]
     assert [class_names[i] for i in predictions.argmax(axis=1)] == [row.split(",")[1] for row in rows]
 
 
@@ -503,6 +507,6 @@ def test_mlflow_run_on_a_real_cifar10_subset(tmp_path, image_dir, text_dir):
     model = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")
     real = sorted((raw / "test" / "cat").glob("*.jpg"))[:2]
     images = np.stack([np.asarray(Image.open(p).convert("RGB"), dtype=np.uint8) for p in real])
-    probabilities = np.asarray(model.predict(images))
+    probabilities = model.predict(images)[manifest["class_names"]].to_numpy()
     assert probabilities.shape == (2, 10)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-4)

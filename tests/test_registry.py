@@ -233,5 +233,7 @@ def test_a_served_champion_takes_raw_strings_in_both_documented_formats(cfg, pro
     finally:
         proc.terminate()
         proc.wait(60)
-    np.testing.assert_allclose(by_inputs, expected, atol=1e-6)
-    np.testing.assert_allclose(by_frame, expected, atol=1e-6)
+    for answer in (by_inputs, by_frame):  # one record per example: its class, then a probability per class
+        assert [sorted(r) for r in answer] == [["class", "neg", "pos"]] * 3, answer
+        np.testing.assert_allclose([[r["neg"], r["pos"]] for r in answer], expected, atol=1e-6)
+        assert [r["class"] for r in answer] == [["neg", "pos"][i] for i in expected.argmax(axis=1)]

@@ -483,15 +483,18 @@ def test_log_model_serves_raw_images(cfg, project, saved_models):
     assert served.metadata.metadata["class_names"] == IMAGE_CLASSES
     assert served.metadata.get_input_schema().inputs[0].shape == (-1, 8, 8, 3)
     images = np.random.default_rng(1).integers(0, 256, size=(5, 8, 8, 3), dtype=np.uint8)
-    predictions = served.predict(images)
-    assert (
-        isinstance(predictions, np.ndarray)
-        and predictions.dtype == np.float32
-        and predictions.shape == (5, 3)
-    )
+    answer = served.predict(images)
+    assert list(answer.columns) == [
+        "class",
+        *IMAGE_CLASSES,
+    ]  # each example's class, then one column per class
+    predictions = answer[IMAGE_CLASSES].to_numpy()
+    assert predictions.dtype == np.float32 and predictions.shape == (5, 3)
     np.testing.assert_allclose(predictions.sum(axis=1), 1.0, atol=1e-5)
-    np.testing.assert_allclose(predictions, _direct(saved_models["image"], image=images), atol=1e-6)
-    assert mlflow.pyfunc.load_model(model_uri).predict(images[:1]).shape == (1, 3)
+    expected = _direct(saved_models["image"], image=images)
+    np.testing.assert_allclose(predictions, expected, atol=1e-6)
+    assert list(answer["class"]) == [IMAGE_CLASSES[i] for i in expected.argmax(axis=1)]
+    assert mlflow.pyfunc.load_model(model_uri).predict(images[:1]).shape == (1, 4)
 
 
 def test_log_model_serves_raw_texts(cfg, project, saved_models):
@@ -512,9 +515,11 @@ def test_log_model_serves_raw_texts(cfg, project, saved_models):
     texts = ["a good great film", "bad and awful", "unknown words"]
     expected = _direct(saved_models["text"], text=texts)
     for raw in (texts, np.array(texts), pd.DataFrame({"text": texts})):
-        predictions = served.predict(raw)
+        answer = served.predict(raw)
+        predictions = answer[["neg", "pos"]].to_numpy()
         assert predictions.shape == (3, 2) and predictions.dtype == np.float32
         np.testing.assert_allclose(predictions, expected, atol=1e-6)
+        assert list(answer["class"]) == [["neg", "pos"][i] for i in expected.argmax(axis=1)]
 
 
 def test_log_model_refuses_a_missing_saved_model(cfg, project, tmp_path):
@@ -679,7 +684,7 @@ def test_a_changed_or_missing_file_in_the_logged_model_is_refused_at_load(cfg, p
     uri, stored = _logged(cfg, project, saved_models["image"])
     mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
     images = np.zeros((1, 8, 8, 3), np.uint8)
-    assert mlflow.pyfunc.load_model(uri).predict(images).shape == (1, 3)  # whole: it serves
+    assert mlflow.pyfunc.load_model(uri).predict(images).shape == (1, 4)  # whole: it serves (class + 3)
     variables = _variables_file(stored)
     good = variables.read_bytes()
     variables.write_bytes(good[: len(good) // 2])  # truncated in the store

@@ -114,6 +114,13 @@ def _decode(path: Path, model):
     return decode_text_file(path, LIMITS.max_text_bytes).decode("utf-8")
 
 
+def _probabilities(answer, class_names: list) -> np.ndarray:
+    """[N, classes] from the served answer: the table's class columns, or a model logged before the table (an
+    array of probabilities, still in a registry)."""
+    columns = getattr(answer, "columns", None)
+    return np.asarray(answer[list(class_names)] if columns is not None else answer, dtype=np.float32)
+
+
 def _score(model, input_dir: Path, files: list, batch_size: int) -> tuple[list, list]:
     """CSV rows of the readable files, in file order, and the skipped files (each named on stderr)."""
     rows, skipped = [], []
@@ -129,7 +136,7 @@ def _score(model, input_dir: Path, files: list, batch_size: int) -> tuple[list, 
                 print(f"predict: skipped {path}: {one_line(exc, 160)}", file=sys.stderr)
         if inputs:
             batch = np.stack(inputs) if model.modality == "image" else inputs
-            for name, probs in zip(names, np.asarray(model.predict(batch))):
+            for name, probs in zip(names, _probabilities(model.predict(batch), model.class_names)):
                 best = int(np.argmax(probs))
                 rows.append(
                     [name, model.class_names[best], f"{probs[best]:.6f}", *(f"{p:.6f}" for p in probs)]

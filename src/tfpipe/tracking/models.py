@@ -55,11 +55,14 @@ def _texts(example: Any) -> list[str]:
     return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
 
 
-def signature_and_example(modality: str, input_example: Any, num_classes: int):
+def signature_and_example(modality: str, input_example: Any, class_names: list):
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, DataType, Schema, TensorSpec
 
-    outputs = Schema([TensorSpec(np.dtype(np.float32), (-1, num_classes))])
+    label = "predicted_class" if "class" in class_names else "class"  # serving_model.answer_table's columns
+    outputs = Schema(
+        [ColSpec(DataType.string, label), *(ColSpec(DataType.float, str(n)) for n in class_names)]
+    )
     if modality == "text":
         # An unnamed string column: MLflow then accepts a list of str, a numpy array of str/object,
         # a Series or a one-column DataFrame (a column *named* 'text' would reject all but the last).
@@ -97,7 +100,7 @@ def log_pyfunc_model(
     active = mlflow.active_run()
     if active is None or active.info.run_id != run.run_id:
         raise TrackingError(f"log_model: run {run.run_id} is not the active MLflow run (was it closed?)")
-    signature, example = signature_and_example(modality, input_example, len(class_names))
+    signature, example = signature_and_example(modality, input_example, list(class_names))
     with tempfile.TemporaryDirectory(prefix="tfpipe-model-") as tmp:
         names_file = Path(tmp) / "class_names.json"
         names_file.write_text(json.dumps(list(class_names)), encoding="utf-8")
@@ -111,6 +114,7 @@ def log_pyfunc_model(
             metadata={
                 "class_names": list(class_names),
                 "modality": modality,
-                "output": "float32 probabilities [N, num_classes], columns in class_names order",
+                "output": "a table: 'class' (the most probable class name), then a float32 probability "
+                "column per class name, in class_names order",
             },
         )

@@ -10,8 +10,9 @@ tensorflow, never `tfpipe`.
   - images: uint8 array [N, H, W, C] (a single [H, W, C] image is treated as N=1);
   - texts: a list of str, a numpy array of str, a pandas Series, or a DataFrame with a `text`
     column (or a single column);
-and returns a float32 numpy array [N, num_classes] of class probabilities, columns in the
-order of `class_names.json` (also in the model's metadata).
+and returns a table (pandas DataFrame; over HTTP one JSON record per example): column `class`, the most
+probable class's name, then one float32 probability column per class, named by `class_names.json` and in its
+order (also in the model's metadata). A class itself named `class` moves that column to `predicted_class`.
 """
 
 import hashlib
@@ -91,13 +92,24 @@ class SavedModelClassifier(PythonModel):
     # MLflow does not warn about a missing type hint on every load.
     def predict(self, context, model_input: np.ndarray, params=None):
         batch = self._to_batch(model_input)
-        if len(batch) == 0:
-            return np.zeros((0, len(self.class_names or [])), dtype=np.float32)
-        parts = []
+        parts = [np.zeros((0, len(self.class_names or [])), dtype=np.float32)]
         for start in range(0, len(batch), PREDICT_BATCH):
             chunk = self._tf.constant(batch[start : start + PREDICT_BATCH], dtype=self._spec.dtype)
             parts.append(self._fn(**{self._input_name: chunk})[self._output].numpy())
-        return np.concatenate(parts).astype(np.float32)
+        probabilities = np.concatenate(parts).astype(np.float32)
+        if not self.class_names:
+            return probabilities
+        return answer_table(probabilities, self.class_names)
+
+
+def answer_table(probabilities: np.ndarray, class_names: list) -> pd.DataFrame:
+    """Column 'class' (each example's most probable class name), then one probability column per class."""
+    label = "predicted_class" if "class" in class_names else "class"
+    names = np.asarray(class_names, dtype=object)
+    best = names[probabilities.argmax(axis=1)] if len(probabilities) else names[:0]
+    table = pd.DataFrame(probabilities, columns=list(class_names))
+    table.insert(0, label, best)
+    return table
 
 
 mlflow.models.set_model(SavedModelClassifier())
