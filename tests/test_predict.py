@@ -232,3 +232,62 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err[-1].startswith("predict: error: ") and expected in err[-1], err
     assert not (tmp_path / "p.csv").exists() and not list(tmp_path.glob("*.csv*"))
+
+
+# ----------------------------------------------------------------------------- a model changed in the store
+
+
+def _local_copy(project: Path, tmp_path: Path, monkeypatch) -> Path:
+    """The champion as the store holds it, downloaded by MLflow into a folder (what predict loads)."""
+    from tfpipe.tracking import model_uri
+
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = f"sqlite:///{project / 'mlflow.db'}"
+    local, _ = model_uri.download("models:/colours@champion", uri, tmp_path / "m", "MODEL_URI")
+    return Path(local)
+
+
+@pytest.mark.parametrize(
+    "tamper, expected",
+    [
+        ("code", "its serving_model.py is not one tfpipe shipped"),
+        ("loader", "its MLmodel loads code other than tfpipe's serving_model.py"),
+        ("weights", "missing or changed since it was saved"),
+    ],
+)
+def test_a_model_changed_in_the_store_is_refused_before_its_code_runs(
+    store, image_dir, tmp_path, monkeypatch, capsys, tamper, expected
+):
+    """Anyone with EDIT on the store can replace a logged model's files: its serving_model.py (which loading
+    runs), the MLmodel's loader, or the weights. predict checks them with the installed tfpipe before MLflow
+    imports anything from the folder: one line, exit 2, and the planted code never ran."""
+    project, _ = store
+    model = _local_copy(project, tmp_path, monkeypatch)
+    capsys.readouterr()  # the download's progress bars
+    marker = tmp_path / "PLANTED_CODE_RAN"
+    if tamper == "code":
+        code = model / "serving_model.py"
+        code.write_text(f"open({str(marker)!r}, 'w').close()\n" + code.read_text())
+    elif tamper == "loader":
+        mlmodel = model / "MLmodel"
+        mlmodel.write_text(mlmodel.read_text().replace("mlflow.pyfunc.loaders.code_model", "os"))
+    else:
+        weights = next((model / "artifacts").rglob("*.data-*"))
+        weights.write_bytes(weights.read_bytes()[::-1])
+    code = _predict(
+        project, monkeypatch, str(model), str(image_dir / "test"), "--out", str(tmp_path / "p.csv")
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and expected in err[0], err
+    assert not marker.exists() and not (tmp_path / "p.csv").exists()
+
+
+def test_the_shipped_serving_code_is_listed():
+    """A change to serving_model.py must add its digest to SHIPPED_SERVING_CODE, or predict refuses new models."""
+    import hashlib
+
+    from tfpipe.tracking import loading
+    from tfpipe.tracking.models import SERVING_MODEL_FILE
+
+    assert hashlib.sha256(SERVING_MODEL_FILE.read_bytes()).hexdigest()[:16] in loading.SHIPPED_SERVING_CODE

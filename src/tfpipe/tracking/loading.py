@@ -33,6 +33,7 @@ def load(spec: str, tracking_uri: str, dest: Path) -> LoadedModel:
         raise UserError(
             f"{KEY}={spec!r}: not a runs:/ or models:/ URI, nor a folder holding an MLflow model (its MLmodel file)"
         )
+    verify_code(Path(local), spec)
     import mlflow.pyfunc
 
     try:
@@ -44,6 +45,52 @@ def load(spec: str, tracking_uri: str, dest: Path) -> LoadedModel:
     if not class_names:
         raise UserError(f"{KEY}={spec!r}: the model records no class_names: not a tfpipe model")
     return LoadedModel(model.predict, modality, image_shape, class_names, source)
+
+
+# sha256 of every serving_model.py this project has shipped (git log -- src/tfpipe/tracking/serving_model.py); a
+# change to that file adds its digest here (tests/test_tracking.py fails until it does).
+SHIPPED_SERVING_CODE = frozenset(
+    {
+        "c8f6b033d397bcd2",
+        "2caafd226a6772d0",
+        "9961fc450b2f7864",
+        "b05fb3bc22c9e94a",
+    }
+)
+
+
+def verify_code(local: Path, spec: str) -> None:
+    """Loading a logged model runs the code it names (MLmodel's python_function flavor): only tfpipe's own
+    serving_model.py, as shipped, with the SavedModel whole against its seal, is loaded. Checked here, by the
+    installed tfpipe, before MLflow imports anything from the model folder (whose seal check could be edited)."""
+    import hashlib
+
+    import yaml
+
+    from tfpipe import files
+
+    def refuse(why: str) -> UserError:
+        return UserError(f"{KEY}={spec!r}: {why}; refused: loading it would run that code as you")
+
+    try:
+        flavor = yaml.safe_load((local / "MLmodel").read_text(encoding="utf-8"))["flavors"]["python_function"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        raise refuse("its MLmodel file has no python_function flavor") from None
+    code = local / Path(str(flavor.get("model_code_path") or "")).name
+    loader = flavor.get("loader_module")
+    if loader != "mlflow.pyfunc.loaders.code_model" or flavor.get("code") or "python_model" in flavor:
+        raise refuse("its MLmodel loads code other than tfpipe's serving_model.py")
+    if code.name != "serving_model.py" or not code.is_file():
+        raise refuse("its model code is not serving_model.py")
+    if hashlib.sha256(code.read_bytes()).hexdigest()[:16] not in SHIPPED_SERVING_CODE:
+        raise refuse("its serving_model.py is not one tfpipe shipped (changed in the store?)")
+    saved = ((flavor.get("artifacts") or {}).get("saved_model") or {}).get("path") or ""
+    folder = (local / str(saved)).resolve()
+    if not saved or not folder.is_relative_to(local.resolve()):
+        raise refuse("its MLmodel names no SavedModel inside the model folder")
+    why = files.check_seal(folder)
+    if why:
+        raise UserError(f"{KEY}={spec!r}: {why}; log the model again (the train stage)")
 
 
 def _takes(model, spec: str) -> tuple[str, Optional[tuple]]:
