@@ -5,6 +5,7 @@ Runs are forged in a real SQLite store with MLflow's public API, as anyone with 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -239,26 +240,43 @@ def test_a_stopped_audit_leaves_no_stage_process_and_no_worktree(project, tmp_pa
     assert len(_sh(repo, "git", "worktree", "list").strip().splitlines()) == 1
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "recorded, key",
     [
         (
-            "data:\n  output_dir: ../../../../../outside\n",
+            {"data": {"output_dir": "../../../../../outside"}},
             "data.output_dir=../../../../../outside points outside",
         ),
-        ("tracking:\n  run_file: ../../run.json\n", "tracking.run_file=../../run.json points outside"),
-        ("train:\n  tensorboard_dir: ../../../tb\n", "train.tensorboard_dir=../../../tb points outside"),
+        ({"tracking": {"run_file": "../../run.json"}}, "tracking.run_file=../../run.json points outside"),
+        ({"train": {"tensorboard_dir": "../../../tb"}}, "train.tensorboard_dir=../../../tb points outside"),
         (
-            "data:\n  validation:\n    auto_reference: /etc/tfpipe-ref.json\n",
+            {"data": {"validation": {"auto_reference": "/etc/tfpipe-ref.json"}}},
             "auto_reference=/etc/tfpipe-ref.json cannot be re-rooted",
         ),
     ],
 )
-def test_a_recorded_path_escaping_the_worktree_is_refused_before_any_stage(project, tmp_path, recorded, key):
+def test_a_recorded_path_escaping_the_worktree_is_refused(tmp_path, recorded, key):
     """Relative paths are resolved in the re-run's worktree, where they must stay; an absolute path under a key
-    that holds one (also data.validation.auto_reference) must re-root into it. Refused before any stage runs."""
+    that holds one (also data.validation.auto_reference) must re-root into it. (`reroot` runs in the rerun before
+    any stage: the test below shows it once end to end.)"""
+    from tfpipe.audit import trust
+    from tfpipe.errors import UserError
+
+    wt = tmp_path / "worktree"
+    wt.mkdir()
+    with pytest.raises(UserError, match=re.escape(key)):
+        trust.reroot(recorded, tmp_path / "project", wt)
+    kept = {
+        "data": {"output_dir": "data/prepared/x", "validation": {"reference": "auto"}},
+        "strategy": {"device": "/cpu:0"},
+    }
+    assert trust.reroot(kept, tmp_path / "project", wt) == kept  # inside the worktree, or no path: unchanged
+
+
+@pytest.mark.slow
+def test_a_recorded_path_escaping_the_worktree_stops_the_rerun_before_any_stage(project, tmp_path):
     repo, commit = project
-    proc = _audit(repo, tmp_path, _forge(tmp_path, commit, dirty="false", config="seed: 1\n" + recorded))
-    assert proc.returncode == 2 and key in proc.stderr and "refused" in proc.stderr, proc.stderr
+    recorded = "seed: 1\ndata:\n  output_dir: ../../../../../outside\n"
+    proc = _audit(repo, tmp_path, _forge(tmp_path, commit, dirty="false", config=recorded))
+    assert proc.returncode == 2 and "data.output_dir=../../../../../outside points outside" in proc.stderr
     assert not (tmp_path / "env.txt").exists()
