@@ -109,10 +109,11 @@ _MLFLOW_PARAM = re.compile(r"--([+~]?[A-Za-z_][\w]*(?:\.[\w]+)*)(?:=(.*))?$", re
 def _mlflow_params(parser: argparse.ArgumentParser, argv: list) -> tuple[list, list]:
     """argv with each `--KEY VALUE` (or `--KEY=VALUE`) that is not one of the parser's flags turned into the
     override `KEY=VALUE`, and the (KEY, VALUE) pairs turned: how `mlflow run -P train.epochs=1` arrives."""
+    flags = {o.lstrip("-") for o in parser._option_string_actions}  # argparse keeps no public list of them
     out, turned, i = [], [], 0
     while i < len(argv):
         match = _MLFLOW_PARAM.match(argv[i])
-        if match and match.group(1) not in {o.lstrip("-") for o in parser._option_string_actions}:
+        if match and match.group(1) not in flags:
             value = match.group(2)
             if value is None and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
                 i, value = i + 1, argv[i + 1]

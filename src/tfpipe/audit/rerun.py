@@ -106,7 +106,7 @@ def _make_worktree(root: Path, run: dict, tmp: Path, log, uri: str = "") -> Path
         trust.apply_diff(wt, patch, commit)
     trust.print_plan(wt, commit, patch, log)
     cfg = trust.reroot(run["config"], root, wt)
-    trust.check_hooks(cfg, wt)
+    trust.check_named_code(cfg, wt)
     # The re-run tracks into its own temporary store only: never the recorded server or artifact folder.
     cfg.setdefault("tracking", {}).update(uri=None, artifact_location=None)
     resolved = run["tags"].get("precision.resolved")

@@ -210,7 +210,7 @@ def _named_code(cfg: dict) -> list:
     return named + ([("model.builder", builder)] if builder else [])
 
 
-def check_hooks(cfg: dict, wt: Path) -> None:
+def check_named_code(cfg: dict, wt: Path) -> None:
     """The import paths a recorded config names (`train.hooks`, `model.builder`) may name only code of the run's
     commit (a module file in the worktree, at its top or under src/): a re-run runs that commit's code, never a
     callable a run record names elsewhere."""

@@ -8,7 +8,6 @@ strategy scope are the caller's, as for the built-in models. It does not fit any
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Optional
 
@@ -34,10 +33,13 @@ class ModelInputs:
 
 
 def _function(target: str):
-    module, _, name = target.replace(":", ".").rpartition(".")
+    """The builder named by `package.module:function` (or a dot), located as train.hooks' classes are (Hydra)."""
+    from hydra.errors import HydraException
+    from hydra.utils import get_object
+
     try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
+        return get_object(target.replace(":", "."))
+    except (HydraException, ImportError, AttributeError, ValueError) as exc:
         raise ConfigError(f"model.builder={target}: cannot be imported ({one_line(exc, 200)})") from None
 
 
