@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tfpipe.audit.trust import stage_env
+from tfpipe.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = "stages:\n  prepare:\n    cmd: env > {out}\n"
@@ -280,3 +281,17 @@ def test_a_recorded_path_escaping_the_worktree_stops_the_rerun_before_any_stage(
     proc = _audit(repo, tmp_path, _forge(tmp_path, commit, dirty="false", config=recorded))
     assert proc.returncode == 2 and "data.output_dir=../../../../../outside points outside" in proc.stderr
     assert not (tmp_path / "env.txt").exists()
+
+
+@pytest.mark.parametrize("key", ["builder", "fit"])
+def test_a_recorded_model_function_must_be_a_module_of_the_commit(tmp_path, key):
+    """model.builder and model.fit name functions a re-run calls: only modules the commit holds pass."""
+    from tfpipe.audit import trust
+
+    (tmp_path / "src" / "team").mkdir(parents=True)
+    (tmp_path / "src" / "team" / "models.py").write_text("def f(*a): pass\n")
+    ours = {"model": {"name": "team", "builder": "team.models:f", key: "team.models:f"}}
+    trust.check_named_code(ours, tmp_path)
+    theirs = {"model": {**ours["model"], key: "subprocess:getoutput"}}
+    with pytest.raises(UserError, match=f"recorded model.{key}='subprocess:getoutput' is no module"):
+        trust.check_named_code(theirs, tmp_path)

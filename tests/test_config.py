@@ -155,7 +155,7 @@ def test_choice_names_and_registries_agree():
     from tfpipe.data import inputs
 
     assert set(distribute.STRATEGY_BUILDERS) == set(choices.STRATEGIES)
-    assert set(models.MODEL_BUILDERS) == set(choices.MODELS) == set(MODEL_SCHEMAS) - {schema.CUSTOM_MODEL}
+    assert set(models.ENTRIES) == set(choices.MODELS) == set(MODEL_SCHEMAS) - {schema.CUSTOM_MODEL}
     assert tuple(inputs.SHARD_POLICIES) == choices.SHARD_POLICIES
     assert tuple(textnorm.STANDARDIZERS) == choices.STANDARDIZERS
     assert set(choices.IMAGE_MODELS) | set(choices.TEXT_MODELS) == set(choices.MODELS)

@@ -118,3 +118,78 @@ def test_a_bad_builder_is_one_line_before_training(prepared_image, tmp_path, bod
 def test_a_bad_model_file_is_refused_when_the_config_is_read(tmp_path, body, expected):
     with pytest.raises(ConfigError, match=expected.replace("(", r"\(")):
         config.compose(["model=tiny_team"], config_dir=_conf(tmp_path, body))
+
+
+FITTED: list = []  # what fit_priors was called with
+
+
+def fit_priors(model, batches, num_classes):
+    """A team's fit: counts the train split's labels and starts the logits at the log class priors."""
+    counts = np.zeros(num_classes)
+    for _, labels in batches:
+        counts += np.bincount(np.asarray(labels).reshape(-1), minlength=num_classes)  # class ids
+    FITTED.append((model.name, num_classes, counts.tolist()))
+    (network,) = [layer for layer in model.layers if isinstance(layer, keras.Model)]  # the team's, inside
+    network.get_layer("team_logits").bias.assign(np.log(counts / counts.sum()).astype("float32"))
+    return {"examples": int(counts.sum())}
+
+
+def test_a_team_fit_runs_on_the_train_split_before_training(prepared_image, tmp_path, caplog):
+    """model.fit names the team's second function: called once with the built model, the whole train split
+    (21 examples in the session's tiny tree) and the class count, before the first step."""
+    import logging
+
+    FITTED.clear()
+    body = GOOD.replace("params:", "fit: test_own_model:fit_priors\nparams:")
+    cfg = config.compose(
+        ["model=tiny_team", "train.epochs=1", "train.batch_size_per_replica=4"],
+        config_dir=_conf(tmp_path, body),
+    )
+    with caplog.at_level(logging.INFO, logger="tfpipe"):
+        training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path / "out")
+    ((name, num_classes, counts),) = FITTED
+    assert (name, num_classes, sum(counts), len(counts)) == ("tiny_team", 3, 21, 3) and min(counts) > 0
+    assert "fitted tiny_team to the train split" in caplog.text and "'examples': 21" in caplog.text
+
+
+def test_a_bad_fit_is_one_line(prepared_image, tmp_path):
+    body = GOOD.replace("params:", "fit: test_own_model:fit_prior\nparams:")
+    cfg = config.compose(["model=tiny_team", "train.epochs=1"], config_dir=_conf(tmp_path, body))
+    with pytest.raises(ConfigError) as info:
+        training.train(cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path / "out")
+    assert "model.fit=test_own_model:fit_prior: cannot be imported" in str(info.value)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="model.fit='os system': expected package.module:function"):
+        config.compose(["model=tiny_team"], config_dir=_conf(tmp_path / "b", GOOD + "fit: 'os system'\n"))
+
+
+def test_a_built_in_model_is_one_registered_builder(make_config):
+    """The built-in models go through the registry's door: a name registered by its module is what build_model
+    builds and fit_to_train_split fits; nothing else names it."""
+    import dataclasses
+
+    from tfpipe import models
+    from tfpipe.models import registry
+
+    calls = []
+
+    def fit(model, model_cfg, batches, num_classes):
+        calls.append((model.name, model_cfg.name, num_classes))
+        return {"fitted": True}
+
+    @registry.register("test_only_model", fit=fit)
+    def build(cfg, inputs):
+        x = inputs.input()
+        return keras.Model(x, keras.layers.Dense(inputs.num_classes)(keras.layers.Flatten()(x)), name="t")
+
+    cfg = make_config()
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name="test_only_model"))
+    try:
+        model = models.build_model(cfg, 3, normalization=None)
+        assert model.name == "t" and model.output_shape == (None, 3)
+        assert models.fit_to_train_split(model, cfg.model, [], 3) == {"fitted": True}
+        assert calls == [("t", "test_only_model", 3)]
+    finally:
+        registry.ENTRIES.pop("test_only_model")
+    with pytest.raises(ValueError, match="model.name='test_only_model': unknown model; valid names: "):
+        models.build_model(cfg, 3)

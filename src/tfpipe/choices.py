@@ -1,5 +1,5 @@
 """The names config accepts, in one TensorFlow-free module: the config schema checks against these and the
-registries (`distribute.STRATEGY_BUILDERS`, `models.MODEL_BUILDERS`, `data.inputs.SHARD_POLICIES`,
+registries (`distribute.STRATEGY_BUILDERS`, `models.ENTRIES`, `data.inputs.SHARD_POLICIES`,
 `textnorm.STANDARDIZERS`) are built from them; tests/test_config.py asserts they agree."""
 
 from __future__ import annotations

@@ -200,18 +200,18 @@ def write_inside(wt: Path, rel: str, text: str) -> None:
 
 
 def _named_code(cfg: dict) -> list:
-    """(key, target) of every import path a config names: train.hooks[i]._target_ and model.builder."""
+    """(key, target) of every import path a config names: train.hooks[i]._target_, model.builder, model.fit."""
     hooks = (cfg.get("train") or {}).get("hooks") or []
     named = [
         (f"train.hooks[{i}]._target_", e.get("_target_") if isinstance(e, dict) else e)
         for i, e in enumerate(hooks)
     ]
-    builder = (cfg.get("model") or {}).get("builder")
-    return named + ([("model.builder", builder)] if builder else [])
+    model = cfg.get("model") or {}
+    return named + [(f"model.{key}", model[key]) for key in ("builder", "fit") if model.get(key)]
 
 
 def check_named_code(cfg: dict, wt: Path) -> None:
-    """The import paths a recorded config names (`train.hooks`, `model.builder`) may name only code of the run's
+    """The import paths a recorded config names (`train.hooks`, `model.builder`, `model.fit`) may name only code of the run's
     commit (a module file in the worktree, at its top or under src/): a re-run runs that commit's code, never a
     callable a run record names elsewhere."""
     for key, target in _named_code(cfg):

@@ -1,13 +1,14 @@
 """The schema of a team's own model (`model.builder` set): the name is theirs, the network is their function's.
 
 `conf/model/<name>.yaml` with `builder: package.module:function` (or `package.module.function`) and `params:` (the
-function's keyword arguments) is the whole of it; `tfpipe.models.custom` calls the function."""
+function's keyword arguments) is the whole of it; `tfpipe.models.custom` calls the function. `fit:` optionally names
+a second function that sets parameters counted from the train split before training."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from tfpipe import choices
 from tfpipe.config.model_base import ModelConfig
@@ -22,6 +23,9 @@ class CustomModelConfig(ModelConfig):
     name: str = "custom"
     builder: str = ""  # package.module:function returning a keras.Model from the task's inputs to logits
     params: Dict[str, Any] = field(default_factory=dict)  # keyword arguments of the builder
+    fit: Optional[str] = (
+        None  # package.module:function(model, batches, num_classes) run on the train split first
+    )
 
     def check(self, cfg) -> None:
         if not _NAME.match(self.name) or self.name in choices.MODELS:
@@ -33,4 +37,9 @@ class CustomModelConfig(ModelConfig):
             raise ConfigError(
                 f"model.builder={self.builder!r}: expected package.module:function (a function returning a "
                 "keras.Model)"
+            )
+        if self.fit is not None and not _TARGET.match(self.fit):
+            raise ConfigError(
+                f"model.fit={self.fit!r}: expected package.module:function (called with the model, the train "
+                "split's batches and the class count before training), or null"
             )

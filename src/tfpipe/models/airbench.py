@@ -18,6 +18,7 @@ import numpy as np
 from keras import layers, ops
 
 from tfpipe.models.image import RandomFlipCrop
+from tfpipe.models.registry import register
 
 
 class ScaledBias(layers.Layer):
@@ -238,3 +239,12 @@ def fit_whitening(model: keras.Model, batches, examples: int, eps: float = 5e-4)
         "whitening_examples": int(len(x)),
         "eigenvalue_range": [float(eigenvalues.min()), float(eigenvalues.max())],
     }
+
+
+def _fit(model: keras.Model, model_cfg, batches, num_classes: int) -> dict:
+    return fit_whitening(model, batches, int(model_cfg.whitening_examples))
+
+
+@register("airbench", fit=_fit)
+def _airbench(cfg, inputs) -> keras.Model:
+    return build_airbench(cfg, inputs.num_classes, inputs.normalization)

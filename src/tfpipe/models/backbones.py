@@ -7,6 +7,7 @@ import keras
 from keras import layers
 
 from tfpipe.models.head import classifier_head
+from tfpipe.models.registry import register
 
 # model.name -> the keras.applications class and the arguments that keep its preprocessing inside the model
 APPLICATIONS = {
@@ -32,3 +33,8 @@ def build_backbone(cfg, num_classes: int) -> keras.Model:
     x = network(x)
     outputs = classifier_head(x, cfg.model, num_classes)
     return keras.Model(inputs, outputs, name=cfg.model.name)
+
+
+@register(*APPLICATIONS)
+def _backbone(cfg, inputs) -> keras.Model:
+    return build_backbone(cfg, inputs.num_classes)

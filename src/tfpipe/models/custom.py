@@ -4,58 +4,35 @@ The function is imported from its path and called with a `ModelInputs` (what the
 as keyword arguments. It returns a keras.Model from the training input (`ModelInputs.input`: uint8 images
 [height, width, channels], or int64 token ids [sequence_length]) to one logit per class. tfpipe appends the
 float32 softmax that the metrics, the export and the serving signature expect; the precision policy and the
-strategy scope are the caller's, as for the built-in models. It does not fit anything to the train split."""
+strategy scope are the caller's, as for the built-in models. `model.fit`, when set, names a function called with
+(model, the train split's batches, the class count) before training, as nbsvm's ratios are counted."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import keras
 
 from tfpipe.errors import ConfigError, one_line
+from tfpipe.models.registry import Fitter, ModelInputs
+
+__all__ = ["ModelInputs", "build", "fitter"]  # ModelInputs: the registry's, named here for teams' builders
 
 
-@dataclass(frozen=True)
-class ModelInputs:
-    modality: str  # image | text
-    num_classes: int
-    image_shape: Optional[tuple] = None  # images: (height, width, channels) of uint8 pixels
-    vocab_size: Optional[int] = None  # texts: token ids run 0..vocab_size-1 (0 pads, 1 is out-of-vocabulary)
-    sequence_length: Optional[int] = None  # texts: ids per example
-    normalization: Optional[dict] = None  # images: the train split's per-channel {"mean", "std"} (0..255)
-
-    def input(self) -> keras.KerasTensor:
-        """A fresh keras.Input of the training input's shape and dtype."""
-        if self.modality == "image":
-            return keras.Input(shape=self.image_shape, dtype="uint8", name="image")
-        return keras.Input(shape=(self.sequence_length,), dtype="int64", name="tokens")
-
-
-def _function(target: str):
-    """The builder named by `package.module:function` (or a dot), located as train.hooks' classes are (Hydra)."""
+def _function(target: str, key: str = "model.builder"):
+    """The function named by `package.module:function` (or a dot), located as train.hooks' classes are (Hydra)."""
     from hydra.errors import HydraException
     from hydra.utils import get_object
 
     try:
         return get_object(target.replace(":", "."))
     except (HydraException, ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError(f"model.builder={target}: cannot be imported ({one_line(exc, 200)})") from None
+        raise ConfigError(f"{key}={target}: cannot be imported ({one_line(exc, 200)})") from None
 
 
-def build(cfg, num_classes: int, vocab_size: Optional[int], normalization: Optional[dict]) -> keras.Model:
-    """The team's network on the training input, ending in tfpipe's float32 softmax over `num_classes`."""
-    from tfpipe.models.text import NUM_SPECIAL_TOKENS
-
-    target, image = cfg.model.builder, cfg.dataset.modality == "image"
-    inputs = ModelInputs(
-        modality=cfg.dataset.modality,
-        num_classes=num_classes,
-        image_shape=(*cfg.dataset.image_size, cfg.dataset.channels) if image else None,
-        vocab_size=None if image else int(vocab_size) + NUM_SPECIAL_TOKENS,
-        sequence_length=None if image else int(cfg.dataset.sequence_length),
-        normalization=normalization,
-    )
+def build(cfg, inputs: ModelInputs) -> keras.Model:
+    """The team's network on the training input, ending in tfpipe's float32 softmax over the classes."""
+    target, num_classes = cfg.model.builder, inputs.num_classes
     try:
         network = _function(target)(inputs, **dict(cfg.model.params))
     except TypeError as exc:  # a model.params key the function does not take, or one it needs
@@ -73,3 +50,17 @@ def build(cfg, num_classes: int, vocab_size: Optional[int], normalization: Optio
         )
     probabilities = keras.layers.Activation("softmax", dtype="float32", name="probabilities")(logits)
     return keras.Model(x, probabilities, name=cfg.model.name)
+
+
+def fitter(model_cfg) -> Optional[Fitter]:
+    """The registry's fit for `model.fit` (None when unset): the team's function gets the model, the batches of
+    the train split and the class count; what it returns (a dict, or None) is logged."""
+    target = getattr(model_cfg, "fit", None)
+    if not target:
+        return None
+    function = _function(target, "model.fit")
+
+    def fit(model, _model_cfg, batches, num_classes: int) -> Optional[dict]:
+        return function(model, batches, num_classes)
+
+    return fit

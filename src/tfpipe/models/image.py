@@ -6,6 +6,7 @@ import keras
 from keras import layers
 
 from tfpipe.models.head import classifier_head
+from tfpipe.models.registry import register
 
 
 def build_cnn(cfg, num_classes: int) -> keras.Model:
@@ -168,3 +169,13 @@ def build_resnet(cfg, num_classes: int, normalization: dict) -> keras.Model:
     if tta:
         outputs = FlipTTAMerge(dtype="float32", name="tta_merge")(outputs)
     return keras.Model(inputs, outputs, name="resnet")
+
+
+@register("cnn")
+def _cnn(cfg, inputs) -> keras.Model:
+    return build_cnn(cfg, inputs.num_classes)
+
+
+@register("resnet")
+def _resnet(cfg, inputs) -> keras.Model:
+    return build_resnet(cfg, inputs.num_classes, inputs.normalization)

@@ -15,7 +15,15 @@ from __future__ import annotations
 import keras
 from keras import layers
 
-from tfpipe.models.text import NB_SMOOTHING, DistinctIds, _ngram_input, class_feature_ids, nb_ratio_table
+from tfpipe.models.registry import register
+from tfpipe.models.text import (
+    NB_SMOOTHING,
+    NUM_SPECIAL_TOKENS,
+    DistinctIds,
+    _ngram_input,
+    class_feature_ids,
+    nb_ratio_table,
+)
 
 
 class FeatureIndex(layers.Layer):
@@ -130,3 +138,12 @@ def _document_counts(model: keras.Model, batches, num_classes: int):
         found, n = np.unique(values, return_counts=True)
         counts[c, np.searchsorted(ids, found)] = n
     return ids, counts, documents
+
+
+def _fit(model: keras.Model, model_cfg, batches, num_classes: int) -> dict:
+    return fit_nblr(model, batches, num_classes, int(model_cfg.min_documents), int(model_cfg.max_features))
+
+
+@register("nblr", fit=_fit)
+def _nblr(cfg, inputs) -> keras.Model:
+    return build_nblr(cfg, inputs.num_classes, inputs.vocab_size - NUM_SPECIAL_TOKENS)

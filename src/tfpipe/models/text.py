@@ -11,6 +11,7 @@ from keras import layers
 
 from tfpipe import textnorm
 from tfpipe.models.head import classifier_head
+from tfpipe.models.registry import register
 
 NUM_SPECIAL_TOKENS = 2  # padding '' and OOV '[UNK]', prepended by TextVectorization
 
@@ -264,3 +265,23 @@ def nb_log_ratios(counts):
     ratios = np.zeros_like(counts)
     ratios[:, seen] = np.log(p / p.sum(axis=1, keepdims=True)) - np.log(q / q.sum(axis=1, keepdims=True))
     return ratios
+
+
+def _fit_nbsvm(model: keras.Model, model_cfg, batches, num_classes: int) -> dict:
+    return fit_nb_ratios(model, batches, num_classes, min_documents=int(model_cfg.min_documents))
+
+
+# The registry's inputs count the padding and out-of-vocabulary ids; these builders take vocab.txt's tokens.
+@register("embedding_gap")
+def _embedding_gap(cfg, inputs) -> keras.Model:
+    return build_embedding_gap(cfg, inputs.num_classes, inputs.vocab_size - NUM_SPECIAL_TOKENS)
+
+
+@register("ngram_bag")
+def _ngram_bag(cfg, inputs) -> keras.Model:
+    return build_ngram_bag(cfg, inputs.num_classes, inputs.vocab_size - NUM_SPECIAL_TOKENS)
+
+
+@register("nbsvm", fit=_fit_nbsvm)
+def _nbsvm(cfg, inputs) -> keras.Model:
+    return build_nbsvm(cfg, inputs.num_classes, inputs.vocab_size - NUM_SPECIAL_TOKENS)
