@@ -8,6 +8,7 @@ out) and thaws it. Bounded: each server start waits at most 90 s, every loop is 
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -212,3 +213,90 @@ def test_metrics_survive_server_restarts_mid_run_and_at_close(server, cfg, tmp_p
         second.close("FINISHED")
     assert time.monotonic() - started < 30, "closing must not wait for MLflow's own minutes of retries"
     assert "\n" not in str(info.value) and second.run_id in str(info.value)
+
+
+class _Seen(logging.Handler):
+    """Sets `event` when a log record contains `text` (from any thread)."""
+
+    def __init__(self, text: str):
+        super().__init__(logging.WARNING)
+        self.text, self.event = text, threading.Event()
+
+    def emit(self, record):
+        if self.text in record.getMessage():
+            self.event.set()
+
+
+@pytest.mark.slow  # a real mlflow server stopped while the run's last calls are made, then started again
+def test_tags_params_and_the_end_of_a_run_ride_through_an_outage(server, cfg, tmp_path, monkeypatch):
+    """The store goes away after training, as the stage logs its tags and params and ends the run: each call
+    waits for it (one warning line per attempt) and lands once it is back; a store that stays away is one line
+    naming the call, the run and the same command to finish it, after the deadline."""
+    from mlflow import MlflowClient
+
+    from tfpipe import tracking
+    from tfpipe.tracking import calls
+    from tfpipe.tracking import sink as sink_module
+
+    monkeypatch.setattr(calls, "RETRY_MAX_SECONDS", 1.0)
+    monkeypatch.setenv(sink_module.FLUSH_TIMEOUT_ENV, "90")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")  # MLflow's own retries inside each attempt
+    seen = _Seen("did not answer set_tags")
+    logging.getLogger("tfpipe.tracking.calls").addHandler(seen)
+    try:
+        run = tracking.start_run(cfg, tmp_path, stage="train", flush_every=1000, flush_seconds=3600)
+        run.log_metrics({"train_loss": 0.5}, step=0)
+        server.stop()  # ---- outage: started again once the first attempt has failed
+        back = threading.Thread(target=lambda: seen.event.wait(60) and server.start())
+        back.start()
+        run.set_tags({"tfpipe.outage_test": "kept"})
+        run.log_params({"outage.param": 7})
+        run.close("FINISHED")
+        back.join()
+    finally:
+        logging.getLogger("tfpipe.tracking.calls").removeHandler(seen)
+    assert seen.event.is_set(), "the store was never found away: the test did not test the outage"
+    stored = MlflowClient(tracking_uri=server.url).get_run(run.run_id)
+    assert stored.data.tags["tfpipe.outage_test"] == "kept" and stored.data.params["outage.param"] == "7"
+    assert stored.data.tags["tfpipe.stage.train"] == "FINISHED" and stored.info.status == "FINISHED"
+    assert [m.step for m in _history(server.url, run.run_id, "train_loss")] == [0]
+
+    # ---- a store that never comes back: one line after the deadline, naming what to do
+    monkeypatch.setenv(sink_module.FLUSH_TIMEOUT_ENV, "3")
+    second = tracking.start_run(cfg, tmp_path, stage="train", flush_every=1000, flush_seconds=3600)
+    server.stop()
+    started = time.monotonic()
+    with pytest.raises(TrackingError) as info:
+        second.set_tags({"tfpipe.outage_test": "lost"})
+    message = str(info.value)
+    assert time.monotonic() - started < 60, "giving up must not wait for MLflow's own minutes of retries"
+    assert "\n" not in message and message.startswith(f"MLflow set_tags failed for run {second.run_id}: ")
+    assert "the store did not answer for 3 s" in message and "run the same command again" in message
+    server.start()  # the run the stage would finish on its next start
+    second.close("KILLED")
+
+
+def test_only_a_store_that_does_not_answer_is_waited_for():
+    import requests
+    from mlflow.exceptions import MlflowException, RestException
+
+    from tfpipe.tracking.calls import unanswered
+
+    url = "API request to http://127.0.0.1:5000/api/2.0/mlflow/runs/log-batch"
+    waited = [
+        requests.ConnectionError("refused"),
+        requests.Timeout("slow"),
+        MlflowException(f"{url} failed with exception HTTPConnectionPool(...): Max retries exceeded"),
+        MlflowException(f"{url} failed with timeout exception ReadTimeout(...)."),
+        MlflowException(f"{url} failed with error code 503 != 200. Response body: ''"),
+        RestException({"error_code": "TEMPORARILY_UNAVAILABLE", "message": "busy"}),
+    ]
+    not_waited = [
+        MlflowException(f"{url} failed with error code 403 != 200. Response body: 'PermissionException'"),
+        RestException({"error_code": "INVALID_PARAMETER_VALUE", "message": "param changed"}),
+        RestException({"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no run"}),
+        MlflowException("Run 'x' not found"),
+        ValueError("a bug"),
+    ]
+    assert [unanswered(e) for e in waited] == [True] * len(waited)
+    assert [unanswered(e) for e in not_waited] == [False] * len(not_waited)

@@ -13,10 +13,9 @@ from typing import Any, Optional, Sequence
 import mlflow
 from mlflow import MlflowClient
 from mlflow.entities import Param, RunTag
-from mlflow.exceptions import MlflowException
 
-from tfpipe import files
 from tfpipe.errors import TrackingError, one_line
+from tfpipe.tracking.calls import ride, store_call
 from tfpipe.tracking.naming import recorded_values
 from tfpipe.tracking.redact import redact, redact_strings, redact_text, redact_tree
 from tfpipe.tracking.sink import BATCH_METRICS, MAX_KEY, MetricsBuffer
@@ -27,25 +26,6 @@ BATCH_PARAMS_TAGS = 100  # MLflow's per-request limit for params and for tags
 MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 CONFIG_ARTIFACT = "config/resolved.yaml"
-
-
-def _wrap_errors(method):
-    """MlflowException -> one-line TrackingError naming the operation."""
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        try:
-            return method(self, *args, **kwargs)
-        except MlflowException as exc:
-            raise TrackingError(
-                f"MLflow {method.__name__} failed for run {self.run_id}: {one_line(exc, 500)}"
-            ) from None
-        except OSError:  # a full or read-only local artifact store: one line (files.saving)
-            where = self.client.get_run(self.run_id).info.artifact_uri
-            with files.saving(where, f"the artifacts of run {self.run_id}", fix="free space and run again"):
-                raise
-
-    return wrapper
 
 
 def reset_tracking_uri(reset: bool) -> None:
@@ -120,10 +100,11 @@ class Run:
         self._closed = True
         try:
             self.metrics.close()
-            self.client.set_tag(self.run_id, f"tfpipe.stage.{self.stage}", status)
+            tag = f"tfpipe.stage.{self.stage}"
+            ride(lambda: self.client.set_tag(self.run_id, tag, status), "set_tag", self.run_id)
         except Exception as exc:  # never mask the exception that is ending the stage
             if _raise:
-                self._end(status, _raise=False)
+                self._end(status, _raise=False, wait=False)  # the deadline has passed once already
                 raise TrackingError(
                     f"MLflow could not close run {self.run_id}: {one_line(exc, 500)}"
                 ) from None
@@ -132,25 +113,28 @@ class Run:
             )
         self._end(status, _raise=_raise)
 
-    def _end(self, status: str, *, _raise: bool) -> None:
+    def _end(self, status: str, *, _raise: bool, wait: bool = True) -> None:
         try:
-            active = mlflow.active_run()
-            if active is not None and active.info.run_id == self.run_id:
-                mlflow.end_run(status)
-            else:
-                self.client.set_terminated(self.run_id, status)
+            terminate = functools.partial(self.client.set_terminated, self.run_id, status)
+            ride(terminate, "end_run", self.run_id) if wait else terminate()
         except Exception as exc:
             if _raise:
                 raise TrackingError(f"MLflow could not end run {self.run_id}: {one_line(exc, 500)}") from None
             log.warning("could not end run %s as %s: %s", self.run_id, status, one_line(exc, 500))
         finally:
+            active = mlflow.active_run()
+            if active is not None and active.info.run_id == self.run_id:
+                try:  # pops MLflow's own run stack first, then sets the status again
+                    mlflow.end_run(status)
+                except Exception:  # noqa: S110 - the status was set above, or the line above said why not
+                    pass
             if self._env_run_id:  # mlflow.end_run() unsets it; the next stage of `mlflow run` needs it
                 os.environ["MLFLOW_RUN_ID"] = self._env_run_id
             reset_tracking_uri(self._reset_tracking_uri)
 
     # ------------------------------------------------------------------ params, tags, metrics
 
-    @_wrap_errors
+    @store_call
     def log_params(self, flat: dict) -> None:
         """All resolved params as flat dotted keys (secret-looking keys as '***'). Params are immutable in
         MLflow: re-logging an identical value is skipped; a different value for an existing key raises."""
@@ -170,7 +154,7 @@ class Run:
         for i in range(0, len(todo), BATCH_PARAMS_TAGS):
             self.client.log_batch(self.run_id, params=todo[i : i + BATCH_PARAMS_TAGS])
 
-    @_wrap_errors
+    @store_call
     def set_tags(self, tags: dict) -> None:
         items = [
             RunTag(str(k)[:MAX_KEY], str(v)[:MAX_TAG_VALUE]) for k, v in redact(tags).items() if v is not None
@@ -191,19 +175,19 @@ class Run:
 
     # ------------------------------------------------------------------ artifacts
 
-    @_wrap_errors
+    @store_call
     def log_artifact(self, path, artifact_path: Optional[str] = None) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path)
 
-    @_wrap_errors
+    @store_call
     def log_artifacts(self, local_dir, artifact_path: Optional[str] = None) -> None:
         self.client.log_artifacts(self.run_id, str(local_dir), artifact_path)
 
-    @_wrap_errors
+    @store_call
     def log_dict(self, dictionary: dict, artifact_file: str) -> None:
         self.client.log_dict(self.run_id, redact_strings(dictionary), artifact_file)
 
-    @_wrap_errors
+    @store_call
     def log_text(self, text: str, artifact_file: str) -> None:
         self.client.log_text(self.run_id, redact_text(text), artifact_file)  # diffs, dvc.lock, YAML
 
@@ -241,7 +225,7 @@ class Run:
 
     # ------------------------------------------------------------------ dataset, model
 
-    @_wrap_errors
+    @store_call
     def log_dataset(self, manifest: dict, manifest_digest: str, prepared_dir, context: str = "train") -> None:
         """The prepared dataset as a run input (Datasets tab): name `<dataset>-<context>`, digest = the manifest
         digest (MLflow caps digests at 36 characters; the full one is an input tag), source = the prepared
@@ -251,7 +235,7 @@ class Run:
         dataset = manifest_dataset(manifest, manifest_digest, prepared_dir, context, self.project_root)
         mlflow.log_input(dataset, context=context, tags={"manifest_digest": str(manifest_digest)[:500]})
 
-    @_wrap_errors
+    @store_call
     def log_model(
         self,
         saved_model_dir,
