@@ -190,9 +190,9 @@ def test_best_params_yaml_is_a_config_that_run_all_and_dvc_accept(tmp_path, monk
 
     from tfpipe import config, tuning
     from tfpipe.tracking import study as tracked
-    from tfpipe.tuning import space
+    from tfpipe.tuning import checks, space
 
-    spec = space.load_spec("imdb_fast", ROOT / "conf")
+    spec = checks.load_spec("imdb_fast", ROOT / "conf")
     spec.space["data.max_examples_per_split"] = {"choices": [None, 100]}  # null: `=null` to Hydra, not 'None'
     best = {"train.optimizer.learning_rate": 0.0123, "model.ngrams": 2, "data.max_examples_per_split": None}
     values = [0.5, 0.9, 0.7]  # val_accuracy: the second trial is the best (maximize)

@@ -9,7 +9,7 @@ No TensorFlow here, so the launcher and config checks stay fast.
 - `tf_config(cluster, task_type, index)` -> the TF_CONFIG JSON for one process.
 - `read_tf_config()` -> the parsed TF_CONFIG of this process (UserError when malformed).
 - `is_chief()` -> whether this process writes (MLflow run, metrics, SavedModel).
-- `render_slurm(...)`: the Slurm template of `tfpipe/deploy/` (package data) filled in; `render_k8s` is tfpipe.k8s's.
+- `render_slurm(...)`: the Slurm template of `tfpipe/deploy/` (package data) filled in (Kubernetes: tfpipe.k8s).
 """
 
 from __future__ import annotations
@@ -174,13 +174,6 @@ def k8s_cluster(
         for t, n in counts.items()
         if n
     }
-
-
-def render_k8s(*args, **kwargs) -> str:
-    """The Kubernetes manifests of a job: see tfpipe.k8s.render_k8s."""
-    from tfpipe.k8s import render_k8s as render
-
-    return render(*args, **kwargs)
 
 
 RENDER_OWNED_KEYS = (

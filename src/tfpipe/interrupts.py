@@ -12,7 +12,9 @@ pending raises at once (the user insists). Only the main thread can install hand
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
 from typing import Iterator, Optional
 
@@ -95,3 +97,23 @@ def raise_stop(where: str = "") -> None:
     (a peer's preemption stops this worker as a cluster manager's SIGTERM would)."""
     signum, _state.pending = _state.pending or signal.SIGTERM, None
     raise Interrupted(signum, where)
+
+
+# ----------------------------------------------------------------------------- a task dies with its launcher
+
+LAUNCHER_PID_ENV = "TFPIPE_LAUNCHER_PID"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_launcher() -> None:
+    """In a task the launcher started: get SIGKILL when the launcher dies, even by kill -9, so that no task
+    outlives its job (and trains on beside the restarted one). Linux's prctl(PR_SET_PDEATHSIG), which no kept
+    library wraps; elsewhere a no-op."""
+    parent = os.environ.get(LAUNCHER_PID_ENV, "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(parent):  # the launcher died before the line above took effect
+        os._exit(1)

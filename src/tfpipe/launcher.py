@@ -28,28 +28,11 @@ from typing import List, Optional, Sequence
 
 from tfpipe.choices import MULTI_PROCESS_STRATEGIES
 from tfpipe.errors import ConfigError
+from tfpipe.interrupts import LAUNCHER_PID_ENV, die_with_launcher
 from tfpipe.provenance import environ_snapshot
 
 GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.2
-
-
-LAUNCHER_PID_ENV = "TFPIPE_LAUNCHER_PID"
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def die_with_launcher() -> None:
-    """In a task the launcher started: get SIGKILL when the launcher dies, even by kill -9, so that no task
-    outlives its job (and trains on beside the restarted one). Linux's prctl(PR_SET_PDEATHSIG), which no kept
-    library wraps; elsewhere a no-op."""
-    parent = os.environ.get(LAUNCHER_PID_ENV, "")
-    if not parent.isdigit() or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != int(parent):  # the launcher died before the line above took effect
-        os._exit(1)
 
 
 def _child_env(tf_config: str) -> dict:

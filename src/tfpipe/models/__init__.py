@@ -10,9 +10,9 @@ from typing import Optional
 
 import keras
 
-from tfpipe.models import airbench, backbones, image, nblr, text  # noqa: F401 - each registers its models
+from tfpipe.models import airbench, backbones, custom, image, nblr, text  # noqa: F401 - each registers its models
 from tfpipe.models.export import export_saved_model, load_class_names
-from tfpipe.models.registry import ENTRIES, ModelInputs, entry
+from tfpipe.models.registry import ENTRIES, Entry, ModelInputs, entry
 from tfpipe.models.text import NUM_SPECIAL_TOKENS, make_text_vectorizer
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "export_saved_model",
     "load_class_names",
     "make_text_vectorizer",
+    "model_entry",
     "model_inputs",
 ]
 
@@ -47,13 +48,21 @@ def model_inputs(
     )
 
 
+def model_entry(model_cfg) -> Entry:
+    """The registry's entry for cfg.model: a team's builder (and fit) when `model.builder` is set, whatever the
+    name; else the built-in registered under model.name."""
+    if getattr(model_cfg, "builder", None):
+        return Entry(custom.build, custom.fitter(model_cfg))
+    return entry(model_cfg.name)
+
+
 def build_model(
     cfg, num_classes: int, vocab_size: Optional[int] = None, normalization: Optional[dict] = None
 ) -> keras.Model:
     """The registry's model for cfg.model (tfpipe.models.registry) on the training input (uint8 images / int token
     ids), built under the current dtype policy and (if any) the current strategy scope. `normalization`: the
     manifest's per-channel {"mean", "std"} of the train split (resnet and airbench normalise with it)."""
-    build = entry(cfg.model).build  # before the class count: an unknown name is the first thing to say
+    build = model_entry(cfg.model).build  # before the class count: an unknown name is the first thing to say
     if num_classes < 2:
         raise ValueError(f"num_classes={num_classes!r}: need at least 2 classes")
     return build(cfg, model_inputs(cfg, num_classes, vocab_size, normalization))
@@ -63,5 +72,5 @@ def fit_to_train_split(model: keras.Model, model_cfg, batches, num_classes: int)
     """The model's registered `fit` on the train split before training (nbsvm's and nblr's naive Bayes ratios,
     airbench's whitening kernel, a team's `model.fit`); None for models that have none. `batches`: (model input,
     labels) over the whole split."""
-    fit = entry(model_cfg).fit
+    fit = model_entry(model_cfg).fit
     return None if fit is None else fit(model, model_cfg, batches, num_classes)

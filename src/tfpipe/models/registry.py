@@ -6,8 +6,9 @@ image shape or vocabulary and sequence length, the train split's normalisation s
 keras.Model on the training input ending in the float32 softmax. The optional `fit(model, model_cfg, batches,
 num_classes)` sets what a model counts from the train split before training (nbsvm's and nblr's naive Bayes
 ratios, airbench's whitening) and returns a short summary for the log. A config with `model.builder` is a
-team's model (`tfpipe.models.custom`), whatever its name. What this module does not know: which names config
-accepts (`tfpipe.choices`, TensorFlow-free, checked against this registry by tests/test_config.py)."""
+team's model, whatever its name: `tfpipe.models.model_entry` hands it to `tfpipe.models.custom`. What this
+module does not know: which names config accepts (`tfpipe.choices`, TensorFlow-free, checked against this
+registry by tests/test_config.py)."""
 
 from __future__ import annotations
 
@@ -56,12 +57,8 @@ def register(*names: str, fit: Optional[Fitter] = None) -> Callable[[Builder], B
     return _register
 
 
-def entry(model_cfg) -> Entry:
-    """The model's entry: a team's builder when `model.builder` is set, else the registered name's."""
-    if getattr(model_cfg, "builder", None):
-        from tfpipe.models import custom
-
-        return Entry(custom.build, custom.fitter(model_cfg))
-    if model_cfg.name not in ENTRIES:
-        raise ValueError(f"model.name={model_cfg.name!r}: unknown model; valid names: {', '.join(ENTRIES)}")
-    return ENTRIES[model_cfg.name]
+def entry(name: str) -> Entry:
+    """The entry registered under `name` (a team's model, with `model.builder`, is `tfpipe.models.custom`'s)."""
+    if name not in ENTRIES:
+        raise ValueError(f"model.name={name!r}: unknown model; valid names: {', '.join(ENTRIES)}")
+    return ENTRIES[name]

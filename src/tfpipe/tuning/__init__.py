@@ -58,10 +58,10 @@ def tune(args, root: Path) -> int:
 
     from tfpipe import config
     from tfpipe.tracking import study as tracked
-    from tfpipe.tuning import space, study
+    from tfpipe.tuning import checks, space, study
 
     conf_dir = root / config.CONF_DIR
-    spec = space.load_spec(args.name, conf_dir)
+    spec = checks.load_spec(args.name, conf_dir)
     base = [*spec.overrides, *args.overrides]
     cfg = config.compose(base, config_dir=conf_dir)
     space.check_against_config(spec, conf_dir, base)

@@ -11,11 +11,9 @@ import signal
 
 from tfpipe import interrupts
 from tfpipe.hooks import Hook
+from tfpipe.tuning.study import PRUNED_ATTR, TRIAL_ENV, open_trial  # the tuner's contract
 
 log = logging.getLogger(__name__)
-
-TRIAL_ENV = "TFPIPE_TUNE_TRIAL"  # {"storage", "study", "trial_id", "metric", "pruner", "run_file"}
-PRUNED_ATTR = "pruned_at_epoch"
 
 
 def hooks_from_env(epochs: int) -> list:
@@ -26,8 +24,6 @@ def hooks_from_env(epochs: int) -> list:
 
 class TrialHook(Hook):
     def __init__(self, info: dict, epochs: int):
-        from tfpipe.tuning.study import open_trial
-
         self.trial = open_trial(info)
         self.metric, self.run_file = info["metric"], info["run_file"]
         self.epochs, self._prune_epoch = epochs, None

@@ -56,45 +56,6 @@ class TuneSpec:
     storage: str | None = None
 
 
-def load_spec(name: str, conf_dir: Path) -> TuneSpec:
-    """conf/tune/<name>.yaml composed by Hydra (it may use `defaults:` like any conf/ file), then checked."""
-    from tfpipe.tuning.checks import check_spec
-
-    raw = _compose(name, Path(conf_dir))
-    unknown = sorted(set(raw) - set(SPEC_KEYS))
-    if unknown:
-        raise ConfigError(
-            f"conf/tune/{name}.yaml: unknown key {unknown[0]!r} (allowed: {', '.join(SPEC_KEYS)})"
-        )
-    if not isinstance(raw.get("space"), dict) or not raw["space"]:
-        raise ConfigError(f"conf/tune/{name}.yaml: `space` must map config keys to distributions")
-    if isinstance(raw.get("sampler"), str):  # `sampler: random`: the name alone, seeded like the default
-        raw["sampler"] = {"name": raw["sampler"], "seed": 0}
-    if isinstance(raw.get("pruner"), str):  # `pruner: median`: the name alone, Optuna's default options
-        raw["pruner"] = {"name": raw["pruner"]}
-    spec = TuneSpec(name=name, **{k: v for k, v in raw.items() if v is not None or k == "storage"})
-    check_spec(spec)
-    return spec
-
-
-def _compose(name: str, conf_dir: Path) -> dict:
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    if not (conf_dir / "tune" / f"{name}.yaml").is_file():
-        options = sorted(p.stem for p in (conf_dir / "tune").glob("*.yaml"))
-        raise ConfigError(f"conf/tune/{name}.yaml not found (options: {', '.join(options) or 'none'})")
-    try:
-        with initialize_config_dir(str(conf_dir.resolve()), version_base=None):
-            cfg = compose(config_name=f"tune/{name}")
-    except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"conf/tune/{name}.yaml: {str(exc).splitlines()[0]}") from None
-    raw = OmegaConf.to_container(cfg, resolve=True)
-    return raw["tune"] if set(raw) == {"tune"} else raw  # a primary config in conf/tune/ lands under `tune`
-
-
 def optuna_class(kind: str, name: str):
     """The Optuna class of a sampler or pruner name (kind: sampler | pruner)."""
     import optuna

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from tfpipe.errors import ConfigError
 from tfpipe.provenance import environ_snapshot
-from tfpipe.tuning.hook import PRUNED_ATTR, TRIAL_ENV
 from tfpipe.tuning.space import TuneSpec, as_overrides, build, suggest
 
 log = logging.getLogger(__name__)
@@ -28,6 +27,10 @@ STORAGE_ENV = "TFPIPE_TUNE_STORAGE"
 HEARTBEAT_SECONDS = 5
 GRACE_SECONDS = 20
 PARENT_ATTR = "mlflow_parent_run_id"
+TRIAL_ENV = (
+    "TFPIPE_TUNE_TRIAL"  # {"storage", "study", "trial_id", "metric", "pruner", "run_file"}: tuning.hook
+)
+PRUNED_ATTR = "pruned_at_epoch"  # set by the trial's hook when the pruner stops it
 
 
 class TrialCrashed(Exception):
@@ -144,7 +147,7 @@ class Objective:
         return value
 
     def _run(self, trial, overrides: list) -> int:
-        from tfpipe.launcher import LAUNCHER_PID_ENV, die_with_launcher
+        from tfpipe.interrupts import LAUNCHER_PID_ENV, die_with_launcher
         from tfpipe.tracking.opening import TUNE_TRIAL_ENV
 
         for stale in (self.root / self.cfg.tracking.run_file, self.root / "metrics" / "train.json"):
