@@ -151,3 +151,46 @@ def test_a_bad_render_is_refused_in_one_line(kwargs, message):
     with pytest.raises(ConfigError) as err:
         _docs(**kwargs)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def _image_uid() -> int:
+    """The user the images run as, read from the Dockerfiles (each must agree)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    uids = {
+        int(re.search(r"^USER (\d+)$", p.read_text(), re.M).group(1)) for p in root.glob("docker/Dockerfile*")
+    }
+    assert len(uids) == 1, uids
+    return uids.pop()
+
+
+def assert_unprivileged(template: dict) -> None:
+    """A pod template: the images' numeric non-root user, the runtime's seccomp profile; every container without
+    privileges, escalation or capabilities."""
+    pod = template["spec"]["securityContext"]
+    assert pod["runAsNonRoot"] is True and pod["runAsUser"] == _image_uid() != 0
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in template["spec"]["containers"]:
+        sc = container["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False and sc.get("privileged", False) is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+
+
+@pytest.mark.parametrize("controller", ["job", "tfjob"])
+def test_every_pod_runs_unprivileged_as_the_images_user(controller):
+    if controller == "job":  # one Job per task type
+        docs = _docs(strategy="multi_worker_mirrored", num_workers=3, controller=controller)
+        templates = _templates(docs)
+        assert len(templates) == 1
+    else:  # one replica spec per task type
+        docs = _docs(strategy="parameter_server", num_workers=2, num_ps=1, controller=controller)
+        (tfjob,) = [d for d in docs if d["kind"] == "TFJob"]
+        templates = [r["template"] for r in tfjob["spec"]["tfReplicaSpecs"].values()]
+        assert len(templates) == 3  # chief, worker, ps
+    for template in templates:
+        assert_unprivileged(template)
+    for doc in docs:
+        if doc["kind"] in ("Job", "Service", "NetworkPolicy"):
+            _validate(doc)

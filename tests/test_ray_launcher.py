@@ -152,12 +152,34 @@ def _check_rayjob(doc: dict) -> None:
         kubernetes_validate.validate(pod_template, latest_version(), strict=True)
 
 
+def templates_of(doc: dict) -> list:
+    cluster = doc["spec"]["rayClusterSpec"]
+    return [cluster["headGroupSpec"]["template"], *[g["template"] for g in cluster["workerGroupSpecs"]]]
+
+
+def _check_fence(policy: dict, templates: list) -> None:
+    """The NetworkPolicy selects every pod of the job; Ray's ports only from those pods, the job API (8265) from
+    the namespace; every pod runs as the images' non-root user, every container without privileges."""
+    from test_k8s import _validate, assert_unprivileged
+
+    _validate(policy)
+    assert policy["kind"] == "NetworkPolicy" and policy["spec"]["policyTypes"] == ["Ingress"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert all(t["metadata"]["labels"].items() >= selector.items() for t in templates)
+    peers, api = policy["spec"]["ingress"]
+    assert peers == {"from": [{"podSelector": {"matchLabels": selector}}]}  # all ports, the job's pods only
+    assert api["ports"] == [{"protocol": "TCP", "port": 8265}]
+    for template in templates:
+        assert_unprivileged(template)
+
+
 def test_rayjob_manifest_is_a_valid_kuberay_rayjob():
     text = ray_launcher.render_rayjob(
         "demo", "registry.example/tfpipe:1", num_workers=3, overrides=["train.epochs=5", "dataset=imdb"]
     )
-    doc = yaml.safe_load(text)
+    doc, policy = yaml.safe_load_all(text)
     _check_rayjob(doc)
+    _check_fence(policy, templates_of(doc))
     workers = doc["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     assert workers["replicas"] == workers["minReplicas"] == workers["maxReplicas"] == 3
     assert doc["spec"]["entrypoint"] == (
@@ -169,7 +191,7 @@ def test_rayjob_manifest_is_a_valid_kuberay_rayjob():
 
 def test_rayjob_checks_can_fail():
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
-    doc = yaml.safe_load(ray_launcher.render_rayjob("demo", "img:1"))
+    doc = next(yaml.safe_load_all(ray_launcher.render_rayjob("demo", "img:1")))
     typo = json.loads(json.dumps(doc))
     typo["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["imagee"] = "x"
     with pytest.raises(kubernetes_validate.ValidationError):

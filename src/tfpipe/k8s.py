@@ -26,6 +26,16 @@ from tfpipe.errors import ConfigError
 CONTROLLERS = ("job", "tfjob")
 CLUSTER_ENV, TASK_TYPE_ENV, INDEX_ENV = "TFPIPE_CLUSTER", "TFPIPE_TASK_TYPE", "JOB_COMPLETION_INDEX"
 TFJOB_REPLICAS = {"chief": "Chief", "worker": "Worker", "ps": "PS"}
+# The images' user (docker/Dockerfile*: useradd --uid 10001; numeric, so runAsNonRoot can be verified).
+POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
+                "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+# The root filesystem stays writable: the stage writes models/, metrics/, plots/ and mlflow.db into the image's
+# project folder (mount volumes there to make it read-only and keep the results).
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "privileged": False,
+    "capabilities": {"drop": ["ALL"]},
+}
 
 
 def render_k8s(
@@ -83,9 +93,11 @@ def _pod_template(names: dict, task_type: str, image: str, strategy: str, overri
         "args": list(overrides),
         "env": env,
         "ports": [{"containerPort": names["port"], "name": "grpc"}],
+        "securityContext": CONTAINER_SECURITY,
     }
     labels = {"app.kubernetes.io/name": job_name, "tfpipe/task-type": task_type}
-    return {"metadata": {"labels": labels}, "spec": {"restartPolicy": "OnFailure", "containers": [container]}}
+    spec = {"restartPolicy": "OnFailure", "securityContext": POD_SECURITY, "containers": [container]}
+    return {"metadata": {"labels": labels}, "spec": spec}
 
 
 def _from(name: str, kind: str, source: str, key: str) -> dict:
@@ -120,7 +132,10 @@ def _tfjob(cluster, names, image, strategy, overrides) -> dict:
             "restartPolicy": "OnFailure",
             "template": {
                 "metadata": template["metadata"],
-                "spec": {"containers": template["spec"]["containers"]},
+                "spec": {
+                    "securityContext": POD_SECURITY,
+                    "containers": template["spec"]["containers"],
+                },
             },
         }
     return {

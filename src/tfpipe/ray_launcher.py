@@ -152,8 +152,8 @@ def render_rayjob(
     overrides: Sequence[str] = (),
     ray_version: str = "2.60.0",
 ) -> str:
-    """deploy/k8s/rayjob.yaml.tmpl -> a KubeRay RayJob: a head and `num_workers` worker pods, and the train
-    stage (strategy.launcher=ray) as the job's entrypoint."""
+    """deploy/k8s/rayjob.yaml.tmpl -> a KubeRay RayJob (a head and `num_workers` worker pods, non-root, the train
+    stage with strategy.launcher=ray as the job's entrypoint) and the NetworkPolicy fencing its pods."""
     from tfpipe import cluster
 
     if num_workers < 1:
@@ -165,7 +165,11 @@ def render_rayjob(
         *overrides,
     ]
     entrypoint = " ".join(["python", "-m", "pipeline.train", *(_quote(a) for a in args)])
+    from tfpipe.k8s import CONTAINER_SECURITY, POD_SECURITY
+
     values = {
+        "pod_security": json.dumps(POD_SECURITY),
+        "container_security": json.dumps(CONTAINER_SECURITY),
         "job_name": job_name,
         "namespace": namespace,
         "image": image,
