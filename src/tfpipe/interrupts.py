@@ -7,6 +7,8 @@ the loop checks `requested()` after every step, saves a checkpoint at that step 
 `Interrupted` itself, so the resumed run continues exactly there. A second signal while a stop is
 pending raises at once (the user insists). Only the main thread can install handlers; elsewhere
 (tests calling the library from threads) this is a no-op.
+
+`die_with_launcher()`: a task the local launcher (or the tuner) started gets SIGKILL when that parent dies.
 """
 
 from __future__ import annotations

@@ -155,6 +155,7 @@ def render_rayjob(
     """deploy/k8s/rayjob.yaml.tmpl -> a KubeRay RayJob (a head and `num_workers` worker pods, non-root, the train
     stage with strategy.launcher=ray as the job's entrypoint) and the NetworkPolicy fencing its pods."""
     from tfpipe import cluster
+    from tfpipe.k8s import CONTAINER_SECURITY, POD_SECURITY
 
     if num_workers < 1:
         raise ConfigError(f"num_workers={num_workers!r}: must be > 0")
@@ -165,8 +166,6 @@ def render_rayjob(
         *overrides,
     ]
     entrypoint = " ".join(["python", "-m", "pipeline.train", *(_quote(a) for a in args)])
-    from tfpipe.k8s import CONTAINER_SECURITY, POD_SECURITY
-
     values = {
         "pod_security": json.dumps(POD_SECURITY),
         "container_security": json.dumps(CONTAINER_SECURITY),

@@ -211,9 +211,9 @@ def _named_code(cfg: dict) -> list:
 
 
 def check_named_code(cfg: dict, wt: Path) -> None:
-    """The import paths a recorded config names (`train.hooks`, `model.builder`, `model.fit`) may name only code of the run's
-    commit (a module file in the worktree, at its top or under src/): a re-run runs that commit's code, never a
-    callable a run record names elsewhere."""
+    """The import paths a recorded config names (`train.hooks`, `model.builder`, `model.fit`) may name only code
+    of the run's commit (a module file in the worktree, at its top or under src/): a re-run runs that commit's
+    code, never a callable a run record names elsewhere."""
     for key, target in _named_code(cfg):
         module = str(target or "").replace(":", ".").rpartition(".")[0].replace(".", "/")
         found = [wt / base / f"{module}{end}" for base in ("", "src") for end in (".py", "/__init__.py")]

@@ -23,9 +23,7 @@ class CustomModelConfig(ModelConfig):
     name: str = "custom"
     builder: str = ""  # package.module:function returning a keras.Model from the task's inputs to logits
     params: Dict[str, Any] = field(default_factory=dict)  # keyword arguments of the builder
-    fit: Optional[str] = (
-        None  # package.module:function(model, batches, num_classes) run on the train split first
-    )
+    fit: Optional[str] = None  # package.module:function(model, batches, num_classes), run before training
 
     def check(self, cfg) -> None:
         if not _NAME.match(self.name) or self.name in choices.MODELS:

@@ -116,7 +116,10 @@ class Run:
     def _end(self, status: str, *, _raise: bool, wait: bool = True) -> None:
         try:
             terminate = functools.partial(self.client.set_terminated, self.run_id, status)
-            ride(terminate, "end_run", self.run_id) if wait else terminate()
+            if wait:
+                ride(terminate, "end_run", self.run_id)
+            else:
+                terminate()
         except Exception as exc:
             if _raise:
                 raise TrackingError(f"MLflow could not end run {self.run_id}: {one_line(exc, 500)}") from None
@@ -126,7 +129,7 @@ class Run:
             if active is not None and active.info.run_id == self.run_id:
                 try:  # pops MLflow's own run stack first, then sets the status again
                     mlflow.end_run(status)
-                except Exception:  # noqa: S110 - the status was set above, or the line above said why not
+                except Exception:  # the status was set above, or the line above said why not
                     pass
             if self._env_run_id:  # mlflow.end_run() unsets it; the next stage of `mlflow run` needs it
                 os.environ["MLFLOW_RUN_ID"] = self._env_run_id
