@@ -10,6 +10,7 @@ from conf/ and params.yaml directly, never computed with the code under test.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -220,12 +221,26 @@ def test_mlflow_run_undeclared_param_is_an_override(capsys):
     assert printed["train"]["batch_size_per_replica"] == 16 and printed["dataset"]["name"] == "imdb"
 
 
+def test_mlflow_run_short_names_listed_in_mlproject_set_their_keys(capsys):
+    """Each short name MLproject's comment lists (`-P epochs=N  train.epochs`) sets that key: read from
+    MLproject's text, given as mlflow run hands an undeclared parameter over (`--epochs 7`)."""
+    listed = re.findall(r"^#\s+-P (\w+)=\S+\s+([\w.]+)\s*$", (ROOT / "MLproject").read_text(), re.M)
+    assert {name for name, _ in listed} >= {"epochs", "learning_rate", "batch_size"}, listed
+    for name, key in listed:
+        code, out, err, ran = _cli(capsys, [f"--{name}", "7", "--cfg", "job"])
+        assert code == 0 and not ran, err
+        value = yaml.safe_load(out)
+        for part in key.split("."):
+            value = value[part]
+        assert value == 7, (name, key, value)
+
+
 def test_mlflow_run_unknown_param_names_the_key_and_p_overrides(capsys):
-    """`-P epochs=3` (no such key) arrives as `--epochs 3`: one line naming the key, a did-you-mean and
+    """`-P epoch=3` (no such key) arrives as `--epoch 3`: one line naming the key, a did-you-mean and
     `-P overrides=`, exit 2, before the stage runs."""
-    code, out, err, ran = _cli(capsys, ["--epochs", "3"])
+    code, out, err, ran = _cli(capsys, ["--epoch", "3"])
     assert code == 2 and not ran and len(err) == 1, err
-    assert "-P epochs=3" in err[0] and "train.epochs" in err[0] and "-P overrides=" in err[0]
+    assert "-P epoch=3" in err[0] and "train.epochs" in err[0] and "-P overrides=" in err[0]
     with pytest.raises(SystemExit) as exited:  # a misspelt flag with no value stays argparse's usage error
         _cli(capsys, ["--debg"])
     assert exited.value.code == 2 and "unrecognized arguments: --debg" in capsys.readouterr().err

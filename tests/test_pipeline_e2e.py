@@ -444,7 +444,7 @@ def test_mlflow_run_logs_into_the_run_it_created(repro_project):
             "-P",
             f"overrides={overrides}",
             "-P",
-            "train.epochs=1",  # a key the MLproject does not declare: mlflow run hands it over as --train.epochs 1
+            "epochs=1",  # MLproject's short name for train.epochs, undeclared: mlflow run hands over --epochs 1
         ],
         project,
         env,
@@ -457,7 +457,7 @@ def test_mlflow_run_logs_into_the_run_it_created(repro_project):
     assert newest.info.status == "FINISHED"
     assert "test_accuracy" in newest.data.metrics and "train_loss" in newest.data.metrics
     assert newest.data.params["data.source"] == "directory"
-    assert newest.data.params["train.epochs"] == "1"
+    assert newest.data.params["train.epochs"] == "1" and newest.data.params["epochs"] == "1"
     assert newest.data.tags.get("mlflow.project.entryPoint") == "main"
 
 

@@ -104,11 +104,20 @@ def cli(
 
 # `mlflow run -P KEY=VALUE` with a KEY the MLproject does not declare appends `--KEY VALUE` to the command.
 _MLFLOW_PARAM = re.compile(r"--([+~]?[A-Za-z_][\w]*(?:\.[\w]+)*)(?:=(.*))?$", re.DOTALL)
+# The short names MLproject lists for the keys changed most (`-P epochs=3`). They stay undeclared there on
+# purpose: mlflow run logs every declared parameter, its default too, so a declared `epochs` would show a
+# blank or a stale value beside the run's real `train.epochs`; an undeclared one is logged only when given.
+MLFLOW_SHORT_KEYS = {
+    "epochs": "train.epochs",
+    "learning_rate": "train.optimizer.learning_rate",
+    "batch_size": "train.batch_size_per_replica",
+}
 
 
 def _mlflow_params(parser: argparse.ArgumentParser, argv: list) -> tuple[list, list]:
     """argv with each `--KEY VALUE` (or `--KEY=VALUE`) that is not one of the parser's flags turned into the
-    override `KEY=VALUE`, and the (KEY, VALUE) pairs turned: how `mlflow run -P train.epochs=1` arrives."""
+    override `KEY=VALUE` (a short name as its key), and the (KEY, VALUE) pairs turned: how `mlflow run -P
+    train.epochs=1` and `-P epochs=1` arrive."""
     flags = {o.lstrip("-") for o in parser._option_string_actions}  # argparse keeps no public list of them
     out, turned, i = [], [], 0
     while i < len(argv):
@@ -118,8 +127,9 @@ def _mlflow_params(parser: argparse.ArgumentParser, argv: list) -> tuple[list, l
             if value is None and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
                 i, value = i + 1, argv[i + 1]
             if value is not None:
-                out.append(f"{match.group(1)}={value}")
-                turned.append((match.group(1), value))
+                key = MLFLOW_SHORT_KEYS.get(match.group(1), match.group(1))
+                out.append(f"{key}={value}")
+                turned.append((key, value))
                 i += 1
                 continue
         out.append(argv[i])
@@ -138,7 +148,8 @@ def _check_mlflow_keys(stage: str, turned: list) -> int | None:
             return hydra_flags.refuse(
                 stage,
                 f"--{key} {value} (mlflow run's -P {key}={value}): {one_line(exc)}; "
-                f'-P takes any config key (-P train.epochs=3), or several as -P overrides="KEY=VALUE ..."',
+                f"-P takes any config key (-P train.epochs=3), a short name ({', '.join(MLFLOW_SHORT_KEYS)}), "
+                f'or several as -P overrides="KEY=VALUE ..."',
             )
     return None
 
