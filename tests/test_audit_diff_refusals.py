@@ -132,6 +132,41 @@ def test_a_plain_edit_passes_the_gate(repo):
     gate("RUN", run, repo, True, None)
 
 
+def test_a_dvc_exp_run_diff_is_applied_with_its_dvc_lock_left_out(repo, tmp_path):
+    """`dvc exp run -S ...` leaves params.yaml and dvc.lock in every run's diff: the gate lets it through, the
+    worktree gets the rest of the diff, dvc.lock stays the commit's (the rerun writes its own) and the plan
+    says so in one line."""
+    from tfpipe.audit.trust import apply_diff
+
+    (repo / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    (repo / "params.yaml").write_text("seed: 1\n")
+    _sh(repo, "git", "add", "-A")
+    _sh(repo, "git", "commit", "-qm", "a committed run")
+    commit = _sh(repo, "git", "rev-parse", "HEAD").strip()
+
+    def exp_run(r):
+        (r / "dvc.lock").write_text(
+            "schema: '2.0'\nstages:\n  prepare:\n    cmd: python -m pipeline.prepare\n"
+        )
+        (r / "params.yaml").write_text("seed: 2\n")
+        (r / "notes.txt").write_text("new\n")
+
+    diff = _recorded(repo, exp_run)
+    assert "b/dvc.lock" in diff and "b/params.yaml" in diff
+    gate("RUN", {"tags": {"git.commit": commit, "git.dirty": "true"}, "git_diff": diff}, repo, True, None)
+    wt = tmp_path / "wt"
+    _sh(repo, "git", "worktree", "add", "--detach", "-q", str(wt), commit)
+    patch = tmp_path / "recorded.patch"
+    patch.write_text(diff)
+    apply_diff(wt, patch, commit)
+    assert (wt / "notes.txt").read_text() == "new\n" and (wt / "params.yaml").read_text() == "seed: 2\n"
+    assert (wt / "dvc.lock").read_text() == "schema: '2.0'\nstages: {}\n"
+    lines: list = []
+    print_plan(wt, commit, patch, lines.append)
+    assert "dvc.lock" not in lines[1] and "params.yaml" in lines[1]
+    assert lines[2] == "rerun: the diff's dvc.lock left out: DVC's record of the outputs, written anew"
+
+
 def test_reroot_refuses_a_path_it_cannot_move_into_the_worktree(tmp_path):
     root, wt = tmp_path / "project", tmp_path / "wt"
     wt.mkdir()

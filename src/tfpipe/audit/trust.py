@@ -26,7 +26,10 @@ ENV_ALLOW = {
 ENV_ALLOW_PREFIXES = ("LC_", "TF_", "OMP_", "KMP_", "ONEDNN_", "DNNL_", "CUDA_VISIBLE_DEVICES")
 ENV_SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|_KEY|AUTH", re.IGNORECASE)
 # Files whose edit changes what the rerun executes or where it writes: never taken from a recorded diff.
-PROTECTED = ("dvc.yaml", "dvc.lock", ".dvc/", ".git", ".gitmodules", "MLproject", "pipeline/", "scripts/")
+PROTECTED = ("dvc.yaml", ".dvc/", ".git", ".gitmodules", "MLproject", "pipeline/", "scripts/")
+# DVC's record of a run's outputs, which `dvc exp run` leaves in every run's diff: the rerun writes its own
+# (prepared.lock_recorded_prepare, from the lock recorded at train time), so the diff's edit is left out.
+LEFT_OUT = ("dvc.lock",)
 # Project folders a recorded absolute path is re-rooted at (the recording clone's root is not recorded).
 ANCHORS = ("data", "models", "metrics", "plots", "runs", "checkpoints", "logs", "mlruns")
 
@@ -120,10 +123,14 @@ def gate(run_id: str, run: dict, root: Path, apply_diff: bool, trusted_ref) -> N
         )
 
 
+def _apply(wt: Path, *args: str) -> subprocess.CompletedProcess:
+    return _git(wt, "apply", *[f"--exclude={path}" for path in LEFT_OUT], *args)
+
+
 def apply_diff(wt: Path, patch: Path, commit: str) -> None:
-    """`git apply --check`, then apply; either failing is one-line bad input."""
-    for args in (("apply", "--check", str(patch)), ("apply", str(patch))):
-        proc = _git(wt, *args)
+    """`git apply --check`, then apply (LEFT_OUT left out); either failing is one-line bad input."""
+    for args in (("--check", str(patch)), (str(patch),)):
+        proc = _apply(wt, *args)
         if proc.returncode != 0:  # re-running without it would audit other code than the run's
             first = (proc.stderr.strip().splitlines() or ["no message"])[0]
             raise UserError(
@@ -137,8 +144,13 @@ def print_plan(wt: Path, commit: str, patch, log) -> None:
 
     log(f"rerun: executes commit {commit}")
     if patch is not None:
-        stat = _git(wt, "apply", "--stat", str(patch)).stdout.rstrip()
+        stat = _apply(wt, "--stat", str(patch)).stdout.rstrip()
         log("rerun: with the recorded diff:\n" + stat)
+        left_out = [p for p in _applied_paths(patch.read_text(encoding="utf-8"), wt) if p in LEFT_OUT]
+        if left_out:
+            log(
+                f"rerun: the diff's {', '.join(left_out)} left out: DVC's record of the outputs, written anew"
+            )
     dvc_yaml = wt / "dvc.yaml"
     stages = (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages") or {} if dvc_yaml.is_file() else {}
     for name, stage in stages.items():
