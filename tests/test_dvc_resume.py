@@ -142,3 +142,66 @@ def test_dvc_exp_run_after_ctrl_c_resumes_into_the_same_run(tmp_path, committed_
     steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train_loss"))
     assert steps == list(range(1, steps[-1] + 1)) and steps[-1] > stopped_at, "every step logged exactly once"
     assert not list((project / ".tfpipe" / "resume").iterdir()), "a finished training leaves no shelf"
+
+
+def test_a_queued_experiment_killed_by_dvc_queue_kill_resumes_when_queued_again(tmp_path, committed_baseline):
+    """`dvc exp run --queue -S ...` then `dvc exp run --run-all`; `dvc queue kill` (the queue's Ctrl-C) during the
+    training; the same two commands again: the queued copy is deleted and a new one made, yet the training
+    resumes from its newest checkpoint into the same MLflow run. Then a teammate's `audit --rerun --apply-diff`
+    of that run (its diff holds params.yaml and dvc.lock: the experiment re-prepared the data) is REPRODUCED:
+    a resumed run re-runs from scratch to the same weights."""
+    baseline, env = committed_baseline
+    project = shutil.copytree(baseline, tmp_path / "project", symlinks=True)
+    env = {**env, "PYTHONPATH": str(project / "src")}
+    overrides = [
+        *TINY,
+        "train.checkpoint_every_steps=2",
+        f"train.epochs={4 * EPOCHS}",  # more than the other forms: `dvc queue kill` is a process, slower than a signal
+        "data.examples_per_shard=4",
+    ]
+    dvc = [sys.executable, "-m", "dvc"]
+    queue = [*dvc, "exp", "run", "--queue", *[a for o in overrides for a in ("-S", o)]]
+    queued = _run(queue, project, env)
+    name = queued.split("Queued experiment '", 1)[1].split("'", 1)[0]
+    proc = subprocess.Popen(
+        [*dvc, "exp", "run", "--run-all"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    try:
+        while _shelved_step(project) < 4:
+            assert proc.poll() is None, "the queue ended before the first checkpoints"
+            assert time.monotonic() < deadline, "no checkpoint in time"
+            time.sleep(0.05)
+        _run([*dvc, "queue", "kill", name], project, env)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    stopped_at = _shelved_step(project)
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("tfpipe").experiment_id
+    killed = [r for r in client.search_runs([experiment]) if r.info.status != "FINISHED"]
+    assert [r.info.status for r in killed] == ["KILLED"]
+
+    _run(queue, project, env)  # the same commands again
+    _run([*dvc, "exp", "run", "--run-all"], project, env)
+    runs = client.search_runs([experiment])
+    assert len(runs) == 2, "the baseline run and the interrupted one, no third"
+    run = client.get_run(killed[0].info.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["tfpipe.resumes"] == "1"
+    assert int(run.data.tags["tfpipe.resumed_at_step"]) == stopped_at > 0
+    steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train_loss"))
+    assert steps == list(range(1, steps[-1] + 1)) and steps[-1] > stopped_at, "every step logged exactly once"
+
+    audit = [sys.executable, "-m", "pipeline.audit", run.info.run_id, "--rerun", "--apply-diff"]
+    out = _run(audit, project, env, timeout=900)
+    assert "rerun: the diff's dvc.lock left out" in out and "\nREPRODUCED\n" in out, out[-3000:]

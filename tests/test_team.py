@@ -776,7 +776,7 @@ def mlflow_ui(queued_sweep, tmp_path):
                 "1",
             ],
             cwd=project,
-            env=_env(os.environ),
+            env=_env(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"),  # no GenAI job runner (server.sh's)
             stdout=fh,
             stderr=subprocess.STDOUT,
             start_new_session=True,

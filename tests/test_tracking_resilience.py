@@ -60,6 +60,9 @@ class MlflowServer:
                 "1",
             ],
             cwd=self.workdir,
+            # without MLflow's job runner, as deploy/mlflow/server.sh starts it: its huey consumers (GenAI jobs)
+            # are 5+ processes per start, and this server starts several times per test
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
