@@ -128,7 +128,8 @@ def test_a_new_file_with_a_quoted_name_in_a_protected_folder_is_refused(repo):
 
 def test_a_plain_edit_passes_the_gate(repo):
     diff = _recorded(repo, lambda r: (r / "notes.txt").write_text("new\n"))
-    run = {"tags": {"git.commit": "0" * 40, "git.dirty": "true"}, "git_diff": diff}
+    commit = _sh(repo, "git", "rev-parse", "HEAD").strip()
+    run = {"tags": {"git.commit": commit, "git.dirty": "true"}, "git_diff": diff}
     gate("RUN", run, repo, True, None)
 
 

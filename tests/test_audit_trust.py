@@ -147,6 +147,29 @@ def test_trusted_ref_refuses_a_commit_it_does_not_contain(project, tmp_path):
     assert not (tmp_path / "env.txt").exists()
 
 
+def test_a_commit_off_the_default_branch_runs_only_with_trusted_ref(project, tmp_path):
+    """Without --trusted-ref the commit must be on the clone's default branch (origin's HEAD in a clone, else the
+    checked-out branch): a teammate's side-branch commit named in a record is refused before anything runs."""
+    from tfpipe.audit.trust import gate
+
+    repo, commit = project
+    _sh(repo, "git", "checkout", "-qb", "side")
+    _sh(repo, "git", "commit", "-qm", "side", "--allow-empty")
+    side = _sh(repo, "git", "rev-parse", "HEAD").strip()
+    _sh(repo, "git", "checkout", "-q", "main")
+    clone = tmp_path / "clone"
+    _sh(tmp_path, "git", "clone", "-q", str(repo), str(clone))
+    for root, branch in ((repo, "main"), (clone, "origin/main")):
+        with pytest.raises(UserError) as refused:
+            gate("RUN", {"tags": {"git.commit": side}}, root, False, None)
+        assert str(refused.value) == (
+            f"run RUN: commit {side[:12]} is not on {branch}, this clone's default branch; "
+            "re-run it only if you trust it: --trusted-ref REF (a ref holding the commit)"
+        )
+        gate("RUN", {"tags": {"git.commit": side}}, root, False, "side" if root == repo else "origin/side")
+        gate("RUN", {"tags": {"git.commit": commit}}, root, False, None)  # on the default branch
+
+
 HOOKED = "seed: 1\ntrain:\n  hooks:\n  - _target_: {target}\n    command: touch {marker}\n"
 
 

@@ -61,7 +61,9 @@ def _audit_parser(prog: str) -> argparse.ArgumentParser:
         "--apply-diff", action="store_true", help="apply a dirty run's recorded git diff (review it first)"
     )
     parser.add_argument(
-        "--trusted-ref", default=None, help="require the run's commit to be an ancestor of this git ref"
+        "--trusted-ref",
+        default=None,
+        help="re-run only a commit this git ref holds (default: the clone's default branch, origin/HEAD)",
     )
     parser.add_argument(
         "--pass-env",

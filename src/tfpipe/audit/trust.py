@@ -107,7 +107,8 @@ def check_diff(diff: str, root: Path) -> None:
 
 
 def gate(run_id: str, run: dict, root: Path, apply_diff: bool, trusted_ref) -> None:
-    """Refuse, before any worktree exists, a rerun the record does not justify."""
+    """Refuse, before any worktree exists, a rerun the record does not justify: among them a commit that is
+    not on `trusted_ref` (None: the clone's default branch), since the rerun executes its code."""
     diff, commit = run.get("git_diff"), run["tags"]["git.commit"]
     if diff and str(run["tags"].get("git.dirty", "")).lower() == "false":
         raise UserError(f"run {run_id}: tagged git.dirty=false but carries a recorded diff; refused")
@@ -117,10 +118,23 @@ def gate(run_id: str, run: dict, root: Path, apply_diff: bool, trusted_ref) -> N
         )
     if diff:
         check_diff(diff, root)
-    if trusted_ref and _git(root, "merge-base", "--is-ancestor", commit, trusted_ref).returncode != 0:
+    if trusted_ref is None:
+        ref = default_ref(root)
+        if _git(root, "merge-base", "--is-ancestor", commit, ref).returncode != 0:
+            raise UserError(
+                f"run {run_id}: commit {commit[:12]} is not on {ref}, this clone's default branch; "
+                "re-run it only if you trust it: --trusted-ref REF (a ref holding the commit)"
+            )
+    elif _git(root, "merge-base", "--is-ancestor", commit, trusted_ref).returncode != 0:
         raise UserError(
             f"run {run_id}: commit {commit[:12]} is not an ancestor of --trusted-ref {trusted_ref}"
         )
+
+
+def default_ref(root: Path) -> str:
+    """The clone's default branch: origin's HEAD (what `git clone` set), else the checked-out branch or commit."""
+    origin = _git(root, "symbolic-ref", "-q", "--short", "refs/remotes/origin/HEAD").stdout.strip()
+    return origin or _git(root, "symbolic-ref", "-q", "--short", "HEAD").stdout.strip() or "HEAD"
 
 
 def _apply(wt: Path, *args: str) -> subprocess.CompletedProcess:
