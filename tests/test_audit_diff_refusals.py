@@ -165,7 +165,32 @@ def test_a_dvc_exp_run_diff_is_applied_with_its_dvc_lock_left_out(repo, tmp_path
     lines: list = []
     print_plan(wt, commit, patch, lines.append)
     assert "dvc.lock" not in lines[1] and "params.yaml" in lines[1]
-    assert lines[2] == "rerun: the diff's dvc.lock left out: DVC's record of the outputs, written anew"
+    assert lines[3] == "rerun: the diff's dvc.lock left out: DVC's record of the outputs, written anew"
+
+
+@pytest.mark.parametrize(
+    "path", ["src/pkg/model.py", "sitecustomize.py", "lib/x.pth", "pyproject.toml", "requirements-team.txt"]
+)
+def test_a_diff_editing_code_needs_allow_diff_code(repo, path):
+    """A diff that edits what the rerun executes (Python, its start-up hooks, packaging) is refused with
+    --apply-diff alone, naming the file and the second flag; with it, it passes. Data and notes need neither."""
+    commit = _sh(repo, "git", "rev-parse", "HEAD").strip()
+
+    def edit(r):
+        (r / path).parent.mkdir(parents=True, exist_ok=True)
+        (r / path).write_text("import os\n")
+        (r / "notes.txt").write_text("new\n")
+
+    run = {"tags": {"git.commit": commit, "git.dirty": "true"}, "git_diff": _recorded(repo, edit)}
+    with pytest.raises(UserError) as refused:
+        gate("RUN", run, repo, True, None)
+    assert str(refused.value) == (
+        f"run RUN: its recorded diff edits code the rerun would execute ({path}); "
+        "read it (the run's provenance/git_diff.patch), then add --allow-diff-code to run it"
+    )
+    gate("RUN", run, repo, True, None, allow_code=True)
+    notes = _recorded(repo, lambda r: (r / "notes.txt").write_text("new\n"))
+    gate("RUN", {**run, "git_diff": notes}, repo, True, None)
 
 
 def test_reroot_refuses_a_path_it_cannot_move_into_the_worktree(tmp_path):
@@ -216,8 +241,9 @@ def test_the_plan_prints_commit_diff_stat_and_commands(repo, tmp_path):
     assert stat[0] == "rerun: with the recorded diff:"
     assert stat[1].split() == ["notes.txt", "|", "3", "++-"]
     assert stat[2].strip() == "1 file changed, 2 insertions(+), 1 deletion(-)"
+    assert lines[2] == "rerun: the recorded diff in full:\n" + patch.read_text().rstrip()
     stage = f'rerun: stage prepare: "env > {tmp_path / "env.txt"}"'
-    assert lines[2:] == [stage]
+    assert lines[3:] == [stage]
     lines.clear()
     print_plan(repo, commit, None, lines.append)  # a clean run: no diff line
     assert lines == [f"rerun: executes commit {commit}", stage]

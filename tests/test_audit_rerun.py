@@ -96,7 +96,7 @@ def dirty_run(tmp_path_factory, image_dir, text_dir) -> Recorded:
     # (dvc.lock, .gitignore): only the DVC bookkeeping differs from the recorded code.
     check = _audit(alice, audit_env, run_id)
     source.write_text(clean)  # the auditor's tree is clean: only the recorded diff carries the change
-    rerun = _audit(alice, audit_env, run_id, "--rerun", "--apply-diff")
+    rerun = _audit(alice, audit_env, run_id, "--rerun", "--apply-diff", "--allow-diff-code")
     after = reading.load_run(uri, run_id)
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=alice, capture_output=True, text=True).stdout
     _run([*GIT, "add", "-A"], alice, env)
@@ -130,7 +130,9 @@ def test_rerun_verdicts_and_exit_codes_of_a_dirty_run(dirty_run):
         return proc, lines[2:-2]
 
     def rerun(*flags):
-        return judged(_audit(project, dirty_run.env, run_id, "--rerun", "--apply-diff", *flags))
+        return judged(
+            _audit(project, dirty_run.env, run_id, "--rerun", "--apply-diff", "--allow-diff-code", *flags)
+        )
 
     proc, differences = judged(dirty_run.rerun)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
@@ -232,7 +234,7 @@ def _assert_own_audit(recorded: Recorded) -> None:
 
 def _reproduced(project: Path, run_id: str, env: dict) -> str:
     """stdout of a --rerun (the run is dirty: --apply-diff) that must exit 0 with REPRODUCED."""
-    proc = _audit(project, env, run_id, "--rerun", "--apply-diff")
+    proc = _audit(project, env, run_id, "--rerun", "--apply-diff", "--allow-diff-code")
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert proc.stdout.strip().splitlines()[-1] == "REPRODUCED", proc.stdout
     return proc.stdout

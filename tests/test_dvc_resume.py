@@ -90,6 +90,44 @@ def _shelved_step(project) -> int:
     return int(latest.rsplit("-", 1)[1]) if latest else 0
 
 
+def _stop_at_a_checkpoint(proc: subprocess.Popen, project, stop) -> int:
+    """Wait for the shelf's 4th checkpoint step, `stop()`, wait for `proc`; the shelved step it stopped at."""
+    deadline = time.monotonic() + 300
+    try:
+        while _shelved_step(project) < 4:  # the shelf mirrors the checkpoints after every save
+            assert proc.poll() is None, "the experiment ended before the first checkpoints"
+            assert time.monotonic() < deadline, "no checkpoint in time"
+            time.sleep(0.05)
+        stop()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return _shelved_step(project)
+
+
+def _interrupted_run(project):
+    """(client, experiment id, the one run that did not finish), which must be KILLED: ended by the stop."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("tfpipe").experiment_id
+    killed = [r for r in client.search_runs([experiment]) if r.info.status != "FINISHED"]
+    assert [r.info.status for r in killed] == ["KILLED"]
+    return client, experiment, killed[0].info.run_id
+
+
+def _assert_resumed(client, experiment, run_id, stopped_at):
+    """The interrupted run finished as the one resumed run beside the baseline's, every step logged once."""
+    assert len(client.search_runs([experiment])) == 2, "the baseline run and the interrupted one, no third"
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["tfpipe.resumes"] == "1"
+    assert int(run.data.tags["tfpipe.resumed_at_step"]) == stopped_at > 0
+    steps = sorted(m.step for m in client.get_metric_history(run_id, "train_loss"))
+    assert steps == list(range(1, steps[-1] + 1)) and steps[-1] > stopped_at, "every step logged exactly once"
+
+
 @pytest.mark.parametrize("form", [[], ["--temp"]], ids=["workspace", "temp"])
 def test_dvc_exp_run_after_ctrl_c_resumes_into_the_same_run(tmp_path, committed_baseline, form):
     """Ctrl-C (SIGINT to the whole foreground group) during `dvc exp run -S ...`, then the same command: DVC
@@ -111,36 +149,10 @@ def test_dvc_exp_run_after_ctrl_c_resumes_into_the_same_run(tmp_path, committed_
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 300
-    try:
-        while _shelved_step(project) < 4:  # the shelf mirrors the checkpoints after every save
-            assert proc.poll() is None, "dvc exp run ended before the first checkpoints"
-            assert time.monotonic() < deadline, "no checkpoint in time"
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: DVC and the stage it runs
-        proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    stopped_at = _shelved_step(project)
-
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("tfpipe").experiment_id
-    killed = [r for r in client.search_runs([experiment]) if r.info.status != "FINISHED"]
-    assert [r.info.status for r in killed] == ["KILLED"]  # the interrupted run, ended by the stop
-
+    stopped_at = _stop_at_a_checkpoint(proc, project, lambda: os.killpg(proc.pid, signal.SIGINT))  # Ctrl-C
+    client, experiment, run_id = _interrupted_run(project)
     _run(command, project, env)  # the same command again
-    runs = client.search_runs([experiment])
-    assert len(runs) == 2, "the baseline run and the interrupted one, no third"
-    run = client.get_run(killed[0].info.run_id)
-    assert run.info.status == "FINISHED"
-    assert run.data.tags["tfpipe.resumes"] == "1"
-    assert int(run.data.tags["tfpipe.resumed_at_step"]) == stopped_at > 0
-    steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train_loss"))
-    assert steps == list(range(1, steps[-1] + 1)) and steps[-1] > stopped_at, "every step logged exactly once"
+    _assert_resumed(client, experiment, run_id, stopped_at)
     assert not list((project / ".tfpipe" / "resume").iterdir()), "a finished training leaves no shelf"
 
 
@@ -171,37 +183,14 @@ def test_a_queued_experiment_killed_by_dvc_queue_kill_resumes_when_queued_again(
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 300
-    try:
-        while _shelved_step(project) < 4:
-            assert proc.poll() is None, "the queue ended before the first checkpoints"
-            assert time.monotonic() < deadline, "no checkpoint in time"
-            time.sleep(0.05)
-        _run([*dvc, "queue", "kill", name], project, env)
-        proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    stopped_at = _shelved_step(project)
-
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("tfpipe").experiment_id
-    killed = [r for r in client.search_runs([experiment]) if r.info.status != "FINISHED"]
-    assert [r.info.status for r in killed] == ["KILLED"]
-
+    stopped_at = _stop_at_a_checkpoint(
+        proc, project, lambda: _run([*dvc, "queue", "kill", name], project, env)
+    )
+    client, experiment, run_id = _interrupted_run(project)
     _run(queue, project, env)  # the same commands again
     _run([*dvc, "exp", "run", "--run-all"], project, env)
-    runs = client.search_runs([experiment])
-    assert len(runs) == 2, "the baseline run and the interrupted one, no third"
-    run = client.get_run(killed[0].info.run_id)
-    assert run.info.status == "FINISHED" and run.data.tags["tfpipe.resumes"] == "1"
-    assert int(run.data.tags["tfpipe.resumed_at_step"]) == stopped_at > 0
-    steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train_loss"))
-    assert steps == list(range(1, steps[-1] + 1)) and steps[-1] > stopped_at, "every step logged exactly once"
+    _assert_resumed(client, experiment, run_id, stopped_at)
 
-    audit = [sys.executable, "-m", "pipeline.audit", run.info.run_id, "--rerun", "--apply-diff"]
+    audit = [sys.executable, "-m", "pipeline.audit", run_id, "--rerun", "--apply-diff"]
     out = _run(audit, project, env, timeout=900)
     assert "rerun: the diff's dvc.lock left out" in out and "\nREPRODUCED\n" in out, out[-3000:]

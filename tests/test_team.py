@@ -776,7 +776,8 @@ def mlflow_ui(queued_sweep, tmp_path):
                 "1",
             ],
             cwd=project,
-            env=_env(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"),  # no GenAI job runner (server.sh's)
+            # without MLflow's GenAI job runner, as deploy/mlflow/server.sh starts the team server
+            env=_env(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"),
             stdout=fh,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -61,6 +61,11 @@ def _audit_parser(prog: str) -> argparse.ArgumentParser:
         "--apply-diff", action="store_true", help="apply a dirty run's recorded git diff (review it first)"
     )
     parser.add_argument(
+        "--allow-diff-code",
+        action="store_true",
+        help="with --apply-diff: also apply a diff that edits code the rerun executes (.py, packaging files)",
+    )
+    parser.add_argument(
         "--trusted-ref",
         default=None,
         help="re-run only a commit this git ref holds (default: the clone's default branch, origin/HEAD)",
@@ -120,6 +125,7 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
                 apply_diff=args.apply_diff,
                 trusted_ref=args.trusted_ref,
                 pass_env=tuple(args.pass_env),
+                allow_diff_code=args.allow_diff_code,
                 log=lambda m: print(m, file=sys.stderr),
             )
         print(audit.format_rerun(result), end="")

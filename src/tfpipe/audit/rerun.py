@@ -223,6 +223,7 @@ def rerun(
     apply_diff: bool = False,
     trusted_ref: Optional[str] = None,
     pass_env: tuple = (),
+    allow_diff_code: bool = False,
 ) -> RerunResult:
     """Re-create run `run_id` in a temporary git worktree at its commit and compare the outcome."""
     from tfpipe.tracking import reading
@@ -230,7 +231,7 @@ def rerun(
     root = Path(root).resolve()
     uri = tracking_uri_for(root, uri)
     run = _recorded_run(run_id, root, uri, tolerance)
-    trust.gate(run_id, run, root, apply_diff, trusted_ref)
+    trust.gate(run_id, run, root, apply_diff, trusted_ref, allow_diff_code)
     tmp = Path(tempfile.mkdtemp(prefix="tfpipe-rerun-"))
     wt = tmp / "worktree"
     try:

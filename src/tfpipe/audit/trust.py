@@ -27,6 +27,11 @@ ENV_ALLOW_PREFIXES = ("LC_", "TF_", "OMP_", "KMP_", "ONEDNN_", "DNNL_", "CUDA_VI
 ENV_SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|_KEY|AUTH", re.IGNORECASE)
 # Files whose edit changes what the rerun executes or where it writes: never taken from a recorded diff.
 PROTECTED = ("dvc.yaml", ".dvc/", ".git", ".gitmodules", "MLproject", "pipeline/", "scripts/")
+# Paths whose edit the rerun executes as code (Python anywhere, its start-up hooks, packaging): a recorded
+# diff touching one runs only with --allow-diff-code, on top of --apply-diff.
+RUNS_AS_CODE = re.compile(
+    r"\.(py|pyc|pyx|pth|so|sh)$|(^|/)(setup\.cfg|pyproject\.toml|MANIFEST\.in|requirements[^/]*)$"
+)
 # DVC's record of a run's outputs, which `dvc exp run` leaves in every run's diff: the rerun writes its own
 # (prepared.lock_recorded_prepare, from the lock recorded at train time), so the diff's edit is left out.
 LEFT_OUT = ("dvc.lock",)
@@ -106,9 +111,10 @@ def check_diff(diff: str, root: Path) -> None:
         _refuse_path(applied)
 
 
-def gate(run_id: str, run: dict, root: Path, apply_diff: bool, trusted_ref) -> None:
+def gate(run_id: str, run: dict, root: Path, apply_diff: bool, trusted_ref, allow_code: bool = False) -> None:
     """Refuse, before any worktree exists, a rerun the record does not justify: among them a commit that is
-    not on `trusted_ref` (None: the clone's default branch), since the rerun executes its code."""
+    not on `trusted_ref` (None: the clone's default branch), since the rerun executes its code, and a diff
+    that edits code without `allow_code`."""
     diff, commit = run.get("git_diff"), run["tags"]["git.commit"]
     if diff and str(run["tags"].get("git.dirty", "")).lower() == "false":
         raise UserError(f"run {run_id}: tagged git.dirty=false but carries a recorded diff; refused")
@@ -118,6 +124,12 @@ def gate(run_id: str, run: dict, root: Path, apply_diff: bool, trusted_ref) -> N
         )
     if diff:
         check_diff(diff, root)
+        code = [path for path in _applied_paths(diff, root) if RUNS_AS_CODE.search(path)]
+        if code and not allow_code:
+            raise UserError(
+                f"run {run_id}: its recorded diff edits code the rerun would execute ({', '.join(code[:5])}); "
+                "read it (the run's provenance/git_diff.patch), then add --allow-diff-code to run it"
+            )
     if trusted_ref is None:
         ref = default_ref(root)
         if _git(root, "merge-base", "--is-ancestor", commit, ref).returncode != 0:
@@ -160,6 +172,7 @@ def print_plan(wt: Path, commit: str, patch, log) -> None:
     if patch is not None:
         stat = _apply(wt, "--stat", str(patch)).stdout.rstrip()
         log("rerun: with the recorded diff:\n" + stat)
+        log("rerun: the recorded diff in full:\n" + patch.read_text(encoding="utf-8").rstrip())
         left_out = [p for p in _applied_paths(patch.read_text(encoding="utf-8"), wt) if p in LEFT_OUT]
         if left_out:
             log(
