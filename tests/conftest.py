@@ -297,19 +297,10 @@ def churning_environment(read, rounds: int = 300) -> None:
 
 
 # ----------------------------------------------------------------------------- the suite across workers
-# `python -m pytest` runs a worker per core plus one (pyproject: `-n auto --dist loadgroup`; the hook below). A
-# module-scoped fixture is built once per worker that runs one of its tests, so the tests that share one (a
-# recorded run, a team server, a Slurm cluster) are grouped onto one worker and it is built once; every other
-# test goes to whichever worker is free. Session fixtures here are small generated trees, built once per worker.
-
-
-def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: one worker more than the cores this process may use. Many tests wait on processes they start
-    (DVC, servers, clusters) while those sleep on I/O, so one worker per core left ~30% of two cores idle
-    (README, suite times); PYTEST_XDIST_AUTO_NUM_WORKERS=N still sets N."""
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return None  # xdist's own hook reads it
-    return len(os.sched_getaffinity(0)) + 1
+# `python -m pytest` runs on every core (pyproject: `-n auto --dist loadgroup`). A module-scoped fixture is built
+# once per worker that runs one of its tests, so the tests that share one (a recorded run, a team server, a
+# Slurm cluster) are grouped onto one worker and it is built once; every other test goes to whichever worker
+# is free. Session fixtures here are small generated trees, built once per worker.
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
