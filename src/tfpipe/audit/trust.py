@@ -80,9 +80,10 @@ def _applied_paths(diff: str, root: Path) -> list:
     return paths
 
 
-def check_diff(diff: str, root: Path) -> None:
+def check_diff(diff: str, root: Path) -> list:
     """One-line refusal of a recorded diff with symlinks, mode changes, renames, copies, binaries or paths that
-    leave the tree or edit the pipeline definition (as written, and as `git apply` in `root` reads them)."""
+    leave the tree or edit the pipeline definition (as written, and as `git apply` in `root` reads them); the
+    paths `git apply` reads from it."""
     path = "?"
     for line in diff.splitlines():
         m = re.match(r"diff --git a/(.*) b/(.*)$", line)
@@ -107,8 +108,10 @@ def check_diff(diff: str, root: Path) -> None:
             raise UserError(f"rerun: the recorded diff renames or copies {path!r}; refused")
         elif line.startswith(("GIT binary patch", "Binary files")):
             raise UserError(f"rerun: the recorded diff has a binary patch for {path!r}; refused")
-    for applied in _applied_paths(diff, root):
-        _refuse_path(applied)
+    applied = _applied_paths(diff, root)
+    for path in applied:
+        _refuse_path(path)
+    return applied
 
 
 def gate(run_id: str, run: dict, root: Path, apply_diff: bool, trusted_ref, allow_code: bool = False) -> None:
@@ -123,23 +126,19 @@ def gate(run_id: str, run: dict, root: Path, apply_diff: bool, trusted_ref, allo
             f"run {run_id}: made from a dirty tree; review its diff, then rerun with --apply-diff"
         )
     if diff:
-        check_diff(diff, root)
-        code = [path for path in _applied_paths(diff, root) if RUNS_AS_CODE.search(path)]
+        code = [path for path in check_diff(diff, root) if RUNS_AS_CODE.search(path)]
         if code and not allow_code:
             raise UserError(
                 f"run {run_id}: its recorded diff edits code the rerun would execute ({', '.join(code[:5])}); "
                 "read it (the run's provenance/git_diff.patch), then add --allow-diff-code to run it"
             )
-    if trusted_ref is None:
-        ref = default_ref(root)
-        if _git(root, "merge-base", "--is-ancestor", commit, ref).returncode != 0:
-            raise UserError(
-                f"run {run_id}: commit {commit[:12]} is not on {ref}, this clone's default branch; "
-                "re-run it only if you trust it: --trusted-ref REF (a ref holding the commit)"
-            )
-    elif _git(root, "merge-base", "--is-ancestor", commit, trusted_ref).returncode != 0:
+    ref = trusted_ref or default_ref(root)
+    if _git(root, "merge-base", "--is-ancestor", commit, ref).returncode != 0:
+        if trusted_ref:
+            raise UserError(f"run {run_id}: commit {commit[:12]} is not an ancestor of --trusted-ref {ref}")
         raise UserError(
-            f"run {run_id}: commit {commit[:12]} is not an ancestor of --trusted-ref {trusted_ref}"
+            f"run {run_id}: commit {commit[:12]} is not on {ref}, this clone's default branch; "
+            "re-run it only if you trust it: --trusted-ref REF (a ref holding the commit)"
         )
 
 
@@ -172,8 +171,9 @@ def print_plan(wt: Path, commit: str, patch, log) -> None:
     if patch is not None:
         stat = _apply(wt, "--stat", str(patch)).stdout.rstrip()
         log("rerun: with the recorded diff:\n" + stat)
-        log("rerun: the recorded diff in full:\n" + patch.read_text(encoding="utf-8").rstrip())
-        left_out = [p for p in _applied_paths(patch.read_text(encoding="utf-8"), wt) if p in LEFT_OUT]
+        text = patch.read_text(encoding="utf-8")
+        log("rerun: the recorded diff in full:\n" + text.rstrip())
+        left_out = [p for p in _applied_paths(text, wt) if p in LEFT_OUT]
         if left_out:
             log(
                 f"rerun: the diff's {', '.join(left_out)} left out: DVC's record of the outputs, written anew"
