@@ -529,4 +529,6 @@ def test_real_cli_unreachable_mlflow_fails_fast_before_the_data():
         f"train: error: MLflow tracking server http://127.0.0.1:{port} is unreachable ([Errno 111] Connection refused); "
         "start it or point MLFLOW_TRACKING_URI / tracking.uri elsewhere"
     ]
-    assert elapsed < 15  # MLflow's own client would retry with backoff for minutes
+    assert (
+        elapsed < 60
+    )  # MLflow's own client retries with backoff for minutes; loose: a loaded machine starts slowly

@@ -183,7 +183,7 @@ def test_rayjob_manifest_is_a_valid_kuberay_rayjob():
     workers = doc["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     assert workers["replicas"] == workers["minReplicas"] == workers["maxReplicas"] == 3
     assert doc["spec"]["entrypoint"] == (
-        "python -m pipeline.train strategy=multi_worker_mirrored strategy.launcher=ray "
+        "python -m tfpipe train strategy=multi_worker_mirrored strategy.launcher=ray "
         "strategy.num_workers=3 train.epochs=5 dataset=imdb"
     )
     assert doc["spec"]["rayClusterSpec"]["rayVersion"] == "2.60.0"

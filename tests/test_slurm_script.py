@@ -57,8 +57,8 @@ def test_overrides_reach_the_train_command_unchanged_through_the_rendered_script
     )
     assert proc.returncode == 0, proc.stderr
     argv = json.loads(record.read_text())
-    assert argv[:4] == ["-m", "pipeline.train", "strategy=multi_worker_mirrored", "strategy.num_workers=2"]
-    assert argv[4:] == OVERRIDES
+    assert argv[:5] == ["-m", "tfpipe", "train", "strategy=multi_worker_mirrored", "strategy.num_workers=2"]
+    assert argv[5:] == OVERRIDES
     assert not (tmp_path / "pwned").exists()
 
 

@@ -346,7 +346,7 @@ def _trial_processes(project: Path) -> list:
     found = []
     for proc in Path("/proc").iterdir():
         try:
-            if b"pipeline.run_all" in (proc / "cmdline").read_bytes() and (proc / "cwd").resolve() == project:
+            if b"tfpipe\0run-all" in (proc / "cmdline").read_bytes() and (proc / "cwd").resolve() == project:
                 found.append(proc.name)
         except OSError:
             continue

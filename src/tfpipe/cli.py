@@ -8,6 +8,7 @@ errors and exit codes as `python -m pipeline.<name>`:
     tfpipe tune NAME [--storage URL] [--study NAME] [OVERRIDE ...]
     tfpipe predict MODEL_URI INPUT_DIR [--out predictions.csv] [--tracking-uri URI]
     tfpipe sweep [--multirun] [OVERRIDE ...]   (Hydra's own command line, as `python -m pipeline.sweep`)
+    tfpipe init DIR [--model NAME]             (a new project of your own that uses the installed tfpipe)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-USAGE = "usage: tfpipe {prepare,train,evaluate,run-all,launch,audit,compare,promote,tune,predict,sweep} [ARGS ...] (tfpipe SUBCOMMAND --help)"
+USAGE = "usage: tfpipe {prepare,train,evaluate,run-all,launch,audit,compare,promote,tune,predict,sweep,init} [ARGS ...] (tfpipe SUBCOMMAND --help)"
 
 
 def _stages() -> Dict[str, Tuple[Callable, str]]:
@@ -62,6 +63,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         sys.exit(predict.main(rest, prog="tfpipe predict"))
     if name == "sweep":
         sweep(rest)
+    if name == "init":
+        from tfpipe import scaffold
+
+        sys.exit(scaffold.main(rest))
     stages = _stages()
     if name not in stages:
         print(f"tfpipe: error: unknown subcommand {name!r}; {USAGE}", file=sys.stderr)

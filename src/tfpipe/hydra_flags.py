@@ -104,6 +104,7 @@ def groups_help(root: Path) -> str:
     import yaml
 
     from tfpipe.config import CONF_DIR, CONFIG_NAME
+    from tfpipe.config.compose import search_dirs
 
     conf_dir = root / CONF_DIR
     root_config = conf_dir / f"{CONFIG_NAME}.yaml"
@@ -112,13 +113,13 @@ def groups_help(root: Path) -> str:
     except (OSError, yaml.YAMLError, TypeError, KeyError):  # every stage builds its --help: never fail here
         return f"config groups: none ({root_config} unreadable or without a defaults list)"
     named = {group for item in defaults if isinstance(item, dict) for group in item}
-    folders = sorted(d for d in conf_dir.iterdir() if d.is_dir() and not d.name.startswith((".", "_")))
-    lines = [
-        f"  {d.name}: {', '.join(sorted(p.stem for p in d.glob('*.yaml')))}"
-        for d in folders
-        if d.name in named
-    ]
-    other = ", ".join(d.name for d in folders if d.name not in named)
+    options: dict = {}  # group -> its options in every folder Hydra searches (a `tfpipe init` project's and tfpipe's)
+    for folder in search_dirs(conf_dir):
+        for d in folder.iterdir() if folder.is_dir() else ():
+            if d.is_dir() and not d.name.startswith((".", "_")):
+                options.setdefault(d.name, set()).update(p.stem for p in d.glob("*.yaml"))
+    lines = [f"  {group}: {', '.join(sorted(options[group]))}" for group in sorted(options) if group in named]
+    other = ", ".join(group for group in sorted(options) if group not in named)
     lines += [f"  (other folders of conf/, not config groups of a stage: {other})"] if other else []
     return "\n".join(["config groups (GROUP=OPTION, e.g. model=resnet; any key: KEY=VALUE):", *lines])
 

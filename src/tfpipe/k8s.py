@@ -89,7 +89,7 @@ def _pod_template(names: dict, task_type: str, image: str, strategy: str, overri
     container = {
         "name": "train",
         "image": image,
-        "command": ["python", "-m", "pipeline.train", f"strategy={strategy}"],
+        "command": ["python", "-m", "tfpipe", "train", f"strategy={strategy}"],
         "args": list(overrides),
         "env": env,
         "ports": [{"containerPort": names["port"], "name": "grpc"}],

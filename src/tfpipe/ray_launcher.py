@@ -165,7 +165,7 @@ def render_rayjob(
         f"strategy.num_workers={num_workers}",
         *overrides,
     ]
-    entrypoint = " ".join(["python", "-m", "pipeline.train", *(_quote(a) for a in args)])
+    entrypoint = " ".join(["python", "-m", "tfpipe", "train", *(_quote(a) for a in args)])
     values = {
         "pod_security": json.dumps(POD_SECURITY),
         "container_security": json.dumps(CONTAINER_SECURITY),

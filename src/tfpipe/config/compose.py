@@ -89,15 +89,40 @@ def check_overrides(overrides, config_dir: str | os.PathLike = CONF_DIR) -> None
         prefix, key, value = match["prefix"] or "", match["key"].strip(), match["value"]
         if key.startswith("hydra.") or key == "hydra":
             continue
-        if "." not in key and (config_dir / key).is_dir():  # a config group: the option must exist
+        dirs = search_dirs(config_dir)
+        if "." not in key and any((d / key).is_dir() for d in dirs):  # a config group: the option must exist
             if prefix != "~":
-                _check_option(config_dir, key, value)
+                _check_option(dirs, key, value)
             continue
         schema_key(key, value=value)
 
 
-def _check_option(config_dir: Path, group: str, value: str) -> None:
-    options = sorted(p.stem for p in (config_dir / group).glob("*.yaml"))
+def search_dirs(config_dir: str | os.PathLike = CONF_DIR) -> list:
+    """The folders Hydra finds config groups in: `config_dir`, then its primary config's `hydra.searchpath`
+    entries (`pkg://tfpipe.conf`: tfpipe's packaged defaults, which a `tfpipe init` project extends)."""
+    config_dir = Path(config_dir)
+    dirs = [config_dir]
+    try:
+        raw = yaml.safe_load((config_dir / f"{CONFIG_NAME}.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return dirs
+    entries = ((raw.get("hydra") or {}) if isinstance(raw, dict) else {}).get("searchpath") or []
+    for entry in entries:
+        scheme, _, where = str(entry).partition("://")
+        if scheme == "file":  # Hydra resolves a relative one from the working directory
+            dirs.append(Path(where))
+        elif scheme == "pkg":
+            from importlib import resources
+
+            try:
+                dirs.append(Path(str(resources.files(where.replace("/", ".")))))
+            except (ImportError, TypeError):  # Hydra itself reports a search path that does not import
+                continue
+    return dirs
+
+
+def _check_option(dirs: list, group: str, value: str) -> None:
+    options = sorted({p.stem for d in dirs for p in (d / group).glob("*.yaml")})
     if value not in options:
         drop = f" (or ~{group} to drop it)" if group == "experiment" else ""
         raise ConfigError(

@@ -49,6 +49,8 @@ def schema_key(dotted: str, value: Any = None) -> Any:
     parts = dotted.split(".")
     for i, part in enumerate(parts):
         parent = ".".join(parts[:i])
+        if typing.get_origin(tp) is dict:  # a free mapping (model.params: a team builder's keyword arguments)
+            return Any
         if not dataclasses.is_dataclass(tp):
             raise ConfigError(f"{dotted}: unknown config key; '{parent}' is a value, not a section")
         children = _children(tp)

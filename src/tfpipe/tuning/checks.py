@@ -39,11 +39,17 @@ def _compose(name: str, conf_dir: Path) -> dict:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    if not (conf_dir / "tune" / f"{name}.yaml").is_file():
-        options = sorted(p.stem for p in (conf_dir / "tune").glob("*.yaml"))
+    from tfpipe.config.compose import search_dirs
+
+    dirs = search_dirs(
+        conf_dir
+    )  # the project's conf/, then tfpipe's packaged presets (a `tfpipe init` project)
+    found = next((d for d in dirs if (d / "tune" / f"{name}.yaml").is_file()), None)
+    if found is None:
+        options = sorted({p.stem for d in dirs for p in (d / "tune").glob("*.yaml")})
         raise ConfigError(f"conf/tune/{name}.yaml not found (options: {', '.join(options) or 'none'})")
     try:
-        with initialize_config_dir(str(conf_dir.resolve()), version_base=None):
+        with initialize_config_dir(str(found.resolve()), version_base=None):
             cfg = compose(config_name=f"tune/{name}")
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(f"conf/tune/{name}.yaml: {str(exc).splitlines()[0]}") from None

@@ -1,4 +1,4 @@
-"""The tuner: an Optuna study whose trials are whole pipeline runs (`python -m pipeline.run_all <overrides>` in a
+"""The tuner: an Optuna study whose trials are whole pipeline runs (`python -m tfpipe run-all <overrides>` in a
 subprocess each), nested in MLflow under one parent run per study.
 
 Storage: `--storage`, else the spec's `storage`, else env TFPIPE_TUNE_STORAGE, else `sqlite:///<dir>/optuna.db`
@@ -141,7 +141,7 @@ class Objective:
             self._tag(run_id, {"tune.pruned": "true"})
             raise optuna.TrialPruned(f"at epoch {frozen.user_attrs[PRUNED_ATTR]}")
         if rc != 0:
-            raise TrialCrashed(f"trial {trial.number}: `pipeline.run_all` exited with {rc}")
+            raise TrialCrashed(f"trial {trial.number}: `tfpipe run-all` exited with {rc}")
         value = float(json.loads((self.root / "metrics" / "train.json").read_text())[self.spec.metric])
         self._tag(run_id, {"tune.pruned": "false", "tune.value": value})
         return value
@@ -158,7 +158,7 @@ class Objective:
         env = {**environ_snapshot(), TRIAL_ENV: json.dumps(info)}  # safe while MLflow's threads run
         env[TUNE_TRIAL_ENV] = str(trial.number)  # the run's tune.trial tag, from the moment it opens
         log.info("trial %d: %s", trial.number, " ".join(overrides))
-        cmd = [sys.executable, "-m", "pipeline.run_all", *overrides]
+        cmd = [sys.executable, "-m", "tfpipe", "run-all", *overrides]  # the installed tfpipe: any project
         # the trial dies with the tuner (kill -9 included), as the launcher's tasks do; die_with_launcher
         # reads the tuner's pid from the environment inherited by the fork
         os.environ[LAUNCHER_PID_ENV] = str(os.getpid())

@@ -1,0 +1,1 @@
+"""__PROJECT__'s own code: the model tfpipe trains (conf/model/__MODEL__.yaml names it)."""
