@@ -274,8 +274,24 @@ def tracking_server(postgres, tmp_path_factory):
                 f"{uri}/api/2.0/mlflow/users/create", admin, {"username": name, "password": users[name][1]}
             )
             assert status == 200, body
+        # The server's default permission is READ: the admin creates the team's experiment and grants its
+        # members EDIT on it, with the README's recipe (MLflow's auth client).
+        from unittest import mock
+
+        from mlflow import MlflowClient
+        from mlflow.server import get_app_client
+
+        as_admin = {"MLFLOW_TRACKING_USERNAME": admin[0], "MLFLOW_TRACKING_PASSWORD": admin[1]}
+        with mock.patch.dict(os.environ, as_admin):
+            auth = get_app_client("basic-auth", tracking_uri=uri)
+            experiment_id = MlflowClient(uri).create_experiment("tfpipe")
+            for user in users:
+                auth.grant_user_permission(
+                    user, resource_type="experiment", resource_id=experiment_id, permission="EDIT"
+                )
         yield {
             "uri": uri,
+            "experiment_id": experiment_id,
             "admin": admin,
             "users": users,
             "artifacts": tmp / "artifacts",
@@ -586,6 +602,49 @@ def test_unauthenticated_requests_are_refused(tracking_server):
         )[0]
         == 403
     )  # only the admin manages users
+
+
+def test_a_teammate_without_a_grant_reads_runs_but_cannot_change_them(
+    tracking_server, server_projects, monkeypatch, make_config, tmp_path
+):
+    """The default permission READ: a signed-in user the admin granted nothing reads alice's run and is refused
+    when changing its tags (EDIT for everyone would let any teammate alter any run a teammate then audits)."""
+    uri, admin = tracking_server["uri"], tracking_server["admin"]
+    carol = ("carol", "carol-" + secrets.token_urlsafe(12))
+    status, body = _http(
+        f"{uri}/api/2.0/mlflow/users/create", admin, {"username": carol[0], "password": carol[1]}
+    )
+    assert status == 200, body
+    project, _ = server_projects["projects"]["alice"]
+    run_id = json.loads((project / "run.json").read_text())["run_id"]
+    assert _http(f"{uri}/api/2.0/mlflow/runs/get?run_id={run_id}", carol)[0] == 200
+    tag = {"run_id": run_id, "key": "audit.verdict", "value": "REPRODUCED"}
+    assert _http(f"{uri}/api/2.0/mlflow/runs/set-tag", carol, tag)[0] == 403
+    assert (
+        _http(f"{uri}/api/2.0/mlflow/runs/set-tag", tracking_server["users"]["bob"], tag)[0] == 200
+    )  # granted
+
+    # carol's audit of that run ends with its verdict and one line saying it could not be recorded there
+    from tfpipe.tracking import reading
+
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", carol[0])
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", carol[1])
+    said = reading.record_audit(uri, run_id, {"audit.verdict": "DIFFERS"}, {"verdict": "DIFFERS"}, "r.json")
+    assert said.startswith(f"audit: not recorded on run {run_id}: this user may only read its experiment")
+    # and a run of hers in the team's experiment stops at its start, in one line
+    from tfpipe import tracking
+    from tfpipe.errors import TrackingError
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    with pytest.raises(TrackingError) as refused:
+        tracking.start_run(make_config("experiment=smoke"), tmp_path, stage="train")
+    print(f"carol's run: {refused.value}")
+    assert str(refused.value) == (
+        f"MLflow on {uri} refused to open a run in experiment {tracking_server['experiment_id']} for user 'carol' "
+        "(HTTP 403: it may only read there); the server's admin grants EDIT on the experiment (README: Auditing a "
+        "teammate's run)"
+    )
+    assert not (tmp_path / "run.json").exists()
 
 
 def test_wrong_or_missing_password_fails_fast_with_one_line(

@@ -14,7 +14,9 @@
 #   MLFLOW_ARTIFACTS_DESTINATION default ./mlflow-artifacts (a local folder); s3://bucket/prefix for S3 or
 #                                an S3-compatible store (MinIO, Ceph: also set MLFLOW_S3_ENDPOINT_URL,
 #                                AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY on the server; clients need none)
-#   MLFLOW_DEFAULT_PERMISSION    default EDIT (every signed-in user may log to any experiment; READ is stricter)
+#   MLFLOW_DEFAULT_PERMISSION    default READ: every signed-in user reads every run and logs only into the
+#                                experiments the admin granted EDIT on (README); EDIT would let anyone change
+#                                anyone's runs, artifacts and tags
 #   MLFLOW_HOST / MLFLOW_PORT    default 127.0.0.1 / 5000: serve the team through the TLS front of
 #                                deploy/mlflow/Caddyfile (443 -> 127.0.0.1:5000); 0.0.0.0 would send the team's
 #                                passwords over plain HTTP
@@ -46,7 +48,7 @@ tls_mode() {
   [[ "${!1}" =~ [?\&]sslmode= || -n "${PGSSLMODE:-}" ]] || die "$1: database host $host is another machine; add ?sslmode=verify-full&sslrootcert=/path/to/ca.crt to the URI (sslmode=require only encrypts, sslmode=disable sends plaintext)"
 }
 for uri in MLFLOW_BACKEND_STORE_URI MLFLOW_AUTH_DATABASE_URI; do no_password "$uri"; tls_mode "$uri"; done
-permission="${MLFLOW_DEFAULT_PERMISSION:-EDIT}"
+permission="${MLFLOW_DEFAULT_PERMISSION:-READ}"
 case "$permission" in READ|USE|EDIT|MANAGE|NO_PERMISSIONS) ;; *) die "MLFLOW_DEFAULT_PERMISSION=$permission: use READ, USE, EDIT, MANAGE or NO_PERMISSIONS" ;; esac
 # Signs the auth app's CSRF tokens; must be equal across workers (and servers behind one name).
 # Not given: a fresh random key per start (signed-in browser sessions end with a restart).

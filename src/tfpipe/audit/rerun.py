@@ -250,13 +250,15 @@ def rerun(
     verdict, diffs, n = judge(run, new, tolerance)
     report = _report(run_id, run, new, verdict, diffs, n, tolerance)
     now = report["time"]
-    reading.record_audit(
+    refused = reading.record_audit(
         uri,
         run_id,
         {"audit.verdict": verdict, "audit.time": now},
         report,
         f"rerun-{now.replace(':', '')}.json",
     )
+    if refused:
+        log(refused)
     return RerunResult(
         verdict,
         run["tags"].get("weights.sha256"),

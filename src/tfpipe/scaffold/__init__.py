@@ -20,7 +20,9 @@ import sys
 from pathlib import Path
 
 TEMPLATE = Path(__file__).resolve().parent / "project"
-DOTTED = {"gitignore": ".gitignore", "dvcignore": ".dvcignore"}  # dotfiles stay visible (and inert) in tfpipe
+# Names the templates cannot carry in this repository: dotfiles would apply here, a dvc.yaml would be read by
+# DVC as one of this project's pipelines.
+RENAMED = {"gitignore": ".gitignore", "dvcignore": ".dvcignore", "dvc.yaml.tmpl": "dvc.yaml"}
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,39}$")
 
 
@@ -82,7 +84,7 @@ def write(folder: Path, model: str = "my_model") -> list:
     written = []
     for source in sorted(p for p in TEMPLATE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         relative = source.relative_to(TEMPLATE)
-        parts = [DOTTED.get(part, part) for part in relative.parts]
+        parts = [RENAMED.get(part, part) for part in relative.parts]
         target = folder.joinpath(*(_fill(part, names) for part in parts))
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(_fill(source.read_text(encoding="utf-8"), names), encoding="utf-8")

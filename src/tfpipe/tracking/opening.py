@@ -81,6 +81,12 @@ def _start(
         )
     except MlflowException as exc:
         target = f"run {run_id} ({where})" if run_id else f"a run in experiment {experiment_id}"
+        if exc.error_code == "PERMISSION_DENIED":  # a team server's default READ, no grant on this experiment
+            user = os.environ.get("MLFLOW_TRACKING_USERNAME", "?")
+            raise TrackingError(
+                f"MLflow on {redact_url(uri)} refused to open {target} for user '{user}' (HTTP 403: it may only "
+                "read there); the server's admin grants EDIT on the experiment (README: Auditing a teammate's run)"
+            ) from None
         raise TrackingError(f"MLflow could not open {target} on {redact_url(uri)}: {one_line(exc)}") from None
 
 

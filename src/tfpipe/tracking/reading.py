@@ -90,12 +90,19 @@ def load_run(uri: str, run_id: str) -> dict:
     }
 
 
-def record_audit(uri: str, run_id: str, tags: dict, report: dict, report_name: str) -> None:
-    """Tag the run and log `audit/<report_name>` (JSON) without touching its metrics or status."""
+def record_audit(uri: str, run_id: str, tags: dict, report: dict, report_name: str) -> str | None:
+    """Tag the run and log `audit/<report_name>` (JSON) without touching its metrics or status. An auditor who
+    may only read the run's experiment (a team server's default READ) gets the line that says so, not an error."""
     client = _client(uri)
     try:
         for key, value in tags.items():
             client.set_tag(run_id, key, str(value))
         client.log_dict(run_id, report, f"{AUDIT_REPORT_DIR}/{report_name}")
     except MlflowException as exc:
+        if exc.error_code == "PERMISSION_DENIED":
+            return (
+                f"audit: not recorded on run {run_id}: this user may only read its experiment (MLflow "
+                "permission READ); the verdict printed here is the audit's only record"
+            )
         raise TrackingError(f"could not record the audit on run {run_id}: {_one_line(exc)}") from None
+    return None
