@@ -75,19 +75,21 @@ def test_the_projects_smoke_test_passes(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "setup, args, message",
+    "name, setup, args, message",
     [
         (
+            "here",
             lambda d: (d / "notes.txt").write_text("mine"),
             [],
-            r"is not empty; tfpipe init writes .* new or empty",
+            r"is not empty; tfpipe init writes .* new",
         ),
-        (lambda d: None, ["--model", "cnn"], r"--model 'cnn': a built-in model's name"),
-        (lambda d: None, ["--model", "My Net"], r"--model 'My Net': expected lower-case letters"),
+        ("here", lambda d: None, ["--model", "cnn"], r"--model 'cnn': a built-in model's name"),
+        ("here", lambda d: None, ["--model", "My Net"], r"--model 'My Net': expected lower-case letters"),
+        ("my: team", lambda d: None, [], r"the folder's name names the project .*letters, digits"),
     ],
 )
-def test_init_refuses_in_one_line_and_writes_nothing(tmp_path, capsys, setup, args, message):
-    folder = tmp_path / "here"
+def test_init_refuses_in_one_line_and_writes_nothing(tmp_path, capsys, name, setup, args, message):
+    folder = tmp_path / name
     folder.mkdir()
     setup(folder)
     before = sorted(folder.iterdir())

@@ -24,6 +24,9 @@ TEMPLATE = Path(__file__).resolve().parent / "project"
 # DVC as one of this project's pipelines.
 RENAMED = {"gitignore": ".gitignore", "dvcignore": ".dvcignore", "dvc.yaml.tmpl": "dvc.yaml"}
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,39}$")
+_FOLDER_NAME = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+)  # it names the MLflow experiment and YAML values
 
 
 class InitError(ValueError):
@@ -37,6 +40,11 @@ def package_name(folder: Path) -> str:
 
 
 def check(folder: Path, model: str) -> None:
+    if not _FOLDER_NAME.match(folder.resolve().name):
+        raise InitError(
+            f"{folder}: the folder's name names the project (its MLflow experiment): use letters, digits, '.', "
+            "'_' and '-', at most 64"
+        )
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         what = "is not empty" if folder.is_dir() else "is a file"
         raise InitError(f"{folder}: {what}; tfpipe init writes a new project into a new or empty folder")
