@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from mlflow import MlflowClient
+from mlflow.entities import RunTag
 from mlflow.exceptions import MlflowException
 
 from tfpipe.errors import TrackingError, one_line
@@ -52,8 +53,10 @@ def record_space(parent: ParentRun, params: dict, spec_yaml: str) -> None:
 
 
 def tag_run(parent: ParentRun, run_id: str, tags: dict) -> None:
-    for key, value in redact({k: str(v) for k, v in tags.items()}).items():
-        parent.client.set_tag(run_id, key, value)
+    """One batch: tuners sharing a study tag the parent at once, and MLflow's SQL store retries a batch's insert
+    that races another process's (its set_tag does not: UNIQUE constraint failed: tags.key, tags.run_uuid)."""
+    redacted = redact({k: str(v) for k, v in tags.items()})
+    parent.client.log_batch(run_id, tags=[RunTag(key, value) for key, value in redacted.items()])
 
 
 def record_best(parent: ParentRun, metrics: dict, tags: dict, overrides: list, params_yaml: str) -> None:
