@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = ROOT.parent / "shared" / "datasets"
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")  # no `dvc daemon analytics` process after each dvc command
 
 
 TINY_VOCAB = ["film", "great", "awful", "the", "boring"]  # a text model's vocabulary for model-level tests
