@@ -1,6 +1,6 @@
 """Seconds to import TensorFlow in a tfpipe process, with and without Keras's optional extras (tfpipe.lean_keras).
 
-    python scripts/bench_startup.py [--repeats 3]
+    python benchmarks/startup.py [--repeats 3]
 
 Runs `import tfpipe, tensorflow, keras` in fresh processes, alternating the two settings (TFPIPE_KERAS_EXTRAS unset
 and =1) so a busy machine slows both alike, and prints each setting's median wall seconds with the CPU model and its
