@@ -41,7 +41,7 @@ def _importer() -> str:
 
 def install() -> None:
     """Refuse Keras's optional imports from now on in this process (once; not when TFPIPE_KERAS_EXTRAS=1)."""
-    if os.environ.get(KEEP_ENV, "").strip() in ("1", "true", "yes"):
+    if os.environ.get(KEEP_ENV, "").strip().lower() in ("1", "true", "yes"):
         return
     if not any(isinstance(finder, _RefuseKerasExtras) for finder in sys.meta_path):
         sys.meta_path.insert(0, _RefuseKerasExtras())
