@@ -184,10 +184,28 @@ def test_logged_model_serves_raw_images(repro_project):
     assert [class_names[i] for i in probabilities.argmax(axis=1)] == recorded
 
 
+def _refused(port: int, payload: dict) -> str:
+    """POST `payload` to the running server's /invocations; the message of its 400 reply."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/invocations",
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    body = refused.value.read().decode()
+    assert refused.value.code == 400 and len(body) < 300, body[:300]
+    return json.loads(body)["message"]
+
+
 def test_promoted_champion_served_over_http_predicts_as_evaluate(repro_project):
     """`pipeline.promote` makes the run's registered version the champion; a real `mlflow models serve -m
     models:/tfpipe-cifar10@champion` process, fed the raw uint8 test images over HTTP, predicts for each the
-    class the evaluate stage recorded (plots/confusion_matrix.csv, one row per test example, in order)."""
+    class the evaluate stage recorded (plots/confusion_matrix.csv, one row per test example, in order); a wrong
+    image shape or float pixels get a 400 whose message is one short line (issue 33)."""
     from test_registry import post_when_up
     from test_tracking import _free_port, _serve
 
@@ -205,9 +223,15 @@ def test_promoted_champion_served_over_http_predicts_as_evaluate(repro_project):
     proc = _serve("models:/tfpipe-cifar10@champion", project, port)
     try:
         records = post_when_up(proc, port, {"inputs": images.tolist()})
+        # issue 33: a wrong image is refused in one short line leading with what is expected, no array dumped
+        wrong_shape = _refused(port, {"inputs": images[:2, :16, :16].tolist()})
+        floats = _refused(port, {"inputs": np.full((2, 32, 32, 3), 0.5).tolist()})
     finally:
         proc.terminate()
         proc.wait(60)
+    expected = "expected images of shape (-1, 32, 32, 3) uint8 (0-255); got shape (2, 16, 16, 3)"
+    assert wrong_shape == expected, wrong_shape[:300]
+    assert floats == "expected uint8 pixel values 0-255; got float64 values such as 0.5", floats[:300]
     predictions = np.asarray([[record[name] for name in class_names] for record in records])
     assert predictions.shape == (len(images), len(class_names))
     rows = (project / "plots" / "confusion_matrix.csv").read_text().splitlines()[1:]
@@ -461,9 +485,17 @@ def test_mlflow_run_logs_into_the_run_it_created(repro_project):
     assert newest.data.tags.get("mlflow.project.entryPoint") == "main"
 
 
-@pytest.mark.real_data
+def _ignored(clone: Path, env: dict) -> set:
+    """What `git status` shows as ignored in `clone`, bytecode caches left out."""
+    out = _run(["git", "status", "--porcelain", "--ignored"], clone, env)
+    return {line[3:] for line in out.splitlines() if line.startswith("!! ") and "__pycache__" not in line}
+
+
 def test_mlflow_run_on_a_real_cifar10_subset(tmp_path, image_dir, text_dir):
-    """The whole pipeline (`mlflow run .`, all stages) on a few hundred real CIFAR-10 images."""
+    """The whole pipeline (`mlflow run file:///<project>` from another folder, all stages) on a few hundred real
+    CIFAR-10 images. MLflow 3 runs a local project where it is (a file URI's checkout is the folder itself, no
+    copy): the run's source names the project (MLflow records `<cwd>/file:/<project>`; issue 33 item 5), its
+    tracked files are untouched and only its ignored stage outputs appear; the calling folder gets nothing."""
     from test_data_real import CASES, SHARED, _extract_subset
 
     archive_name, pattern, _, _ = CASES["cifar10"]
@@ -471,27 +503,42 @@ def test_mlflow_run_on_a_real_cifar10_subset(tmp_path, image_dir, text_dir):
         pytest.skip(f"{SHARED / archive_name} not found (real data lives in ../shared/datasets)")
     raw = _extract_subset(SHARED / archive_name, pattern, {"train": 40, "test": 10}, tmp_path / "raw")
     project, env = _make_project(tmp_path, image_dir, text_dir)
+    ignored_before = _ignored(project, env)
+    here = tmp_path / "elsewhere"
+    here.mkdir()
     overrides = f"data.source=directory data.path={raw} train.epochs=2 train.batch_size_per_replica=32"
+    command = [sys.executable, "-m", "mlflow", "run", f"file://{project}", "--env-manager", "local"]
     out = _run(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "run",
-            ".",
-            "--env-manager",
-            "local",
-            "--experiment-name",
-            "tfpipe",
-            "-P",
-            f"overrides={overrides}",
-        ],
-        project,
-        env,
+        [*command, "--experiment-name", "tfpipe", "-P", f"overrides={overrides}"],
+        here,
+        {**env, "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}"},
     )
     client = _client(project)
     run = client.search_runs([client.get_experiment_by_name("tfpipe").experiment_id])[0]
     assert run.info.run_id in out and run.info.status == "FINISHED"
+    source = run.data.tags["mlflow.source.name"]
+    assert source == f"file://{project.resolve()}", source  # before: f"{here}/file:{project}"
+    assert run.data.tags["tfpipe.project"] == str(project.resolve())
+    assert (
+        _run(["git", "status", "--porcelain"], project, env).strip() == ""
+    )  # no tracked change, no new file
+    written = _ignored(project, env) - ignored_before
+    assert (
+        {"data/prepared/", "models/", "run.json"}
+        <= written
+        <= {
+            "data/prepared/",
+            "models/",
+            "metrics/",
+            "plots/",
+            "run.json",
+            "mlflow.db",
+            "mlartifacts/",
+        }
+    ), written
+    # the experiment is MLflow's (`--experiment-name`, made by `mlflow run`): its artifacts go to MLflow's default
+    # artifact root, the caller's ./mlruns; nothing else lands where the command was typed
+    assert set(os.listdir(here)) <= {"mlruns"}, os.listdir(here)
     assert run.data.metrics["test_num_examples"] == 100
     assert len(client.get_metric_history(run.info.run_id, "val_accuracy")) == 2
     manifest = json.loads((project / "data" / "prepared" / "cifar10" / "manifest.json").read_text())

@@ -225,6 +225,28 @@ def test_outside_a_dvc_copy_the_source_is_mlflows(cfg, project, monkeypatch):
     assert run.data.tags["tfpipe.project"] == str(project.resolve())
 
 
+@pytest.mark.parametrize(
+    "recorded, repaired",
+    [
+        ("/elsewhere/file:{project}", "file://{project}"),  # `mlflow run file://{project}` from /elsewhere
+        ("file://{project}", None),  # `mlflow run {project}` / `mlflow run .` in it: kept
+        ("/elsewhere/file-store/train.py", None),
+    ],
+)
+def test_mlflow_runs_source_of_a_file_uri_names_the_project(cfg, project, monkeypatch, recorded, repaired):
+    """Issue 33 item 5: MLflow 3 records `mlflow run file:///path`'s source as the current folder joined to the
+    URI; the train stage names the project instead. The real `mlflow run`: test_pipeline_e2e."""
+    client = _client(project / "mlflow.db")
+    recorded = recorded.format(project=project.resolve())
+    created = client.create_run(
+        client.create_experiment("by-mlflow-run"),
+        tags={"mlflow.source.name": recorded, "mlflow.source.type": "PROJECT"},
+    )
+    monkeypatch.setenv("MLFLOW_RUN_ID", created.info.run_id)
+    run = _train(cfg, project)
+    assert run.data.tags["mlflow.source.name"] == (repaired or recorded).format(project=project.resolve())
+
+
 # ----------------------------------------------------------------------------- the run file
 
 

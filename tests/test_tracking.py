@@ -497,6 +497,42 @@ def test_log_model_serves_raw_images(cfg, project, saved_models):
     assert mlflow.pyfunc.load_model(model_uri).predict(images[:1]).shape == (1, 4)
 
 
+def test_the_served_model_refuses_a_wrong_image_in_one_line(cfg, project, saved_models):
+    """Issue 33: a wrong shape or non-uint8 values are refused in one short line that leads with what is expected
+    (no array dumped); integers 0-255 in any integer dtype, and nested lists (as over HTTP), are served. Over HTTP:
+    test_pipeline_e2e's champion test."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from tfpipe import tracking
+
+    example = np.zeros((1, 8, 8, 3), np.uint8)
+    with tracking.start_run(cfg, project, stage="train") as run:
+        model_uri = run.log_model(
+            saved_models["image"], modality="image", input_example=example, class_names=IMAGE_CLASSES
+        )
+    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
+    served = mlflow.pyfunc.load_model(model_uri)
+    assert served.metadata.get_input_schema().inputs[0].shape == (-1, 8, 8, 3)  # what the UI shows
+    refusals = [
+        (
+            np.zeros((2, 16, 16, 3), np.uint8),
+            "expected images of shape (-1, 8, 8, 3) uint8 (0-255); got shape (2, 16, 16, 3)",
+        ),
+        (np.full((2, 8, 8, 3), 0.5), "expected uint8 pixel values 0-255; got float64 values such as 0.5"),
+        (np.full((1, 8, 8, 3), 300), "expected uint8 pixel values 0-255; got int64 values such as 300"),
+    ]
+    for bad, line in refusals:
+        with pytest.raises(MlflowException) as refused:
+            served.predict(bad)
+        assert str(refused.value) == line, str(refused.value)[:300]
+    images = np.random.default_rng(2).integers(0, 256, size=(3, 8, 8, 3), dtype=np.uint8)
+    expected = served.predict(images)[IMAGE_CLASSES].to_numpy()
+    for same in (images.astype(np.int64), images.tolist(), images[0]):
+        answer = served.predict(same)[IMAGE_CLASSES].to_numpy()
+        np.testing.assert_allclose(answer, expected[: len(answer)], atol=1e-6)
+
+
 def test_log_model_serves_raw_texts(cfg, project, saved_models):
     import mlflow
     import pandas as pd

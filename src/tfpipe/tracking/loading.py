@@ -55,6 +55,7 @@ SHIPPED_SERVING_CODE = frozenset(
         "2caafd226a6772d0",
         "9961fc450b2f7864",
         "b05fb3bc22c9e94a",
+        "9e13988c5d459ca7",
     }
 )
 

@@ -81,7 +81,18 @@ def signature_and_example(modality: str, input_example: Any, class_names: list):
             example = example[:MAX_EXAMPLE_ROWS]
             shape = example.shape[1:]
         inputs = Schema([TensorSpec(np.dtype(np.uint8), (-1, *shape))])
-        return ModelSignature(inputs=inputs, outputs=outputs), example
+        signature = ModelSignature(inputs=inputs, outputs=outputs)
+        # The signature says what the model takes (the UI shows it, loading.py reads the image shape from it), but
+        # MLflow must not enforce it: its check runs before serving_model.py's and answers a wrong shape or dtype
+        # with the whole array ahead of the expected shape, and its JSON parsing casts a request's floats to uint8
+        # (0.5 -> 0) unseen. Marked as from a type hint, MLflow enforces nothing and passes the raw input (over
+        # HTTP the request's nested lists; requests then take only the README's {"inputs": ...} form) to
+        # serving_model.image_batch, which refuses a wrong one in one line. A looser TensorSpec cannot: MLflow
+        # requires any dtype but object exactly (in process, uint8 arrays only, with its message) and waves object
+        # through only as shape (-1,), which shows users nothing. The flag is private MLflow API: mlflow is pinned
+        # (pip_requirements); tests/test_tracking.py and the end-to-end serving test check both ways in.
+        signature._is_signature_from_type_hint = True
+        return signature, example
     raise TrackingError(f"log_model: modality={modality!r}; allowed: image, text")
 
 

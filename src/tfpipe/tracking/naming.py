@@ -13,7 +13,8 @@ records (`mlflow.source.name`, `tfpipe.project`, the dataset source, absolute pa
 resolved config) name the same place in the project (env DVC_ROOT, see `backend.store_root`) instead.
 
 Where: a run `mlflow run` made in another experiment than the project's (no --experiment-name) is kept and named
-in one warning line (`warn_other_experiment`).
+in one warning line (`warn_other_experiment`). `mlflow run file:///path` records its run's `mlflow.source.name`
+as the current directory joined to the URI (`<cwd>/file:/path`); `repair_project_source` names the project.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import sys
 from pathlib import Path
 
+from tfpipe.errors import one_line
 from tfpipe.tracking import backend
 from tfpipe.tracking.redact import is_secret_key, redact_text, redact_url
 from tfpipe.tracking.runfile import portable_uri
@@ -37,6 +39,7 @@ MAX_DIFFERS = 40  # characters of the part that says what differs (the MLflow UI
 BASE_GROUPS = ("dataset", "model", "strategy", "precision")  # their overrides: the base name shows them
 BASE_KEYS = frozenset({*BASE_GROUPS, "dataset.name", "model.name", "strategy.name", "precision.policy"})
 QUOTES = "'\""  # around an override's value on a command line
+SOURCE_TAG = "mlflow.source.name"
 
 
 def context_tags() -> dict:
@@ -144,6 +147,25 @@ def source_tags(project_root) -> dict:
     if main and recorded_path(main, project_root) != main:
         tags["mlflow.source.name"] = recorded_path(main, project_root)
     return tags
+
+
+def joined_file_uri(source: str) -> bool:
+    """Whether `source` is MLflow 3's `mlflow.source.name` of `mlflow run file:///path`: `os.path.abspath` of the
+    URI, which takes it for a relative path (`/here/file:/path`; `mlflow run /path` records `file:///path`)."""
+    head, sep, _ = source.partition("/file:/")
+    return bool(sep) and head.startswith("/")
+
+
+def repair_project_source(client, run_id: str, project_root) -> None:
+    """Run `run_id`'s `mlflow.source.name` as `file://<project>` (the folder `mlflow run` ran the project in, as
+    `mlflow run <path>` records it) when it is MLflow's joined form (`joined_file_uri`). Not fatal."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        if joined_file_uri(client.get_run(run_id).data.tags.get(SOURCE_TAG, "")):
+            client.set_tag(run_id, SOURCE_TAG, f"file://{backend.store_root(project_root).as_posix()}")
+    except MlflowException as exc:
+        log.warning("could not set run %s's %s to this project: %s", run_id, SOURCE_TAG, one_line(exc))
 
 
 def where(run, project_root) -> str:

@@ -215,8 +215,9 @@ def start_run(
     run = _handle(active, uri, client, stage, env_run_id, reset_uri, flush_every, flush_seconds, root)
     if resume_run_id:
         _mark_resume(run, client, uri, resume_run_id, reopen)
-    if env_run_id:  # `mlflow run` made the experiment
+    if env_run_id:  # `mlflow run` made the experiment and the run
         kinds.declare_model_training(client, run.experiment_id)
+        naming.repair_project_source(client, run.run_id, root)
     name = (
         run.run_name if reopen else naming.run_name(cfg, run.run_id, base)
     )  # a re-opened run keeps its name

@@ -7,7 +7,9 @@ tensorflow, never `tfpipe`.
 
 `mlflow.pyfunc.load_model(uri).predict(x)` takes raw inputs, exactly what the SavedModel's
 `serving_default` signature takes:
-  - images: uint8 array [N, H, W, C] (a single [H, W, C] image is treated as N=1);
+  - images: uint8 array [N, H, W, C] (a single [H, W, C] image is treated as N=1); over HTTP, nested lists of
+    integers 0-255. Any other shape or any other values (floats, even 255.0) are refused in one line leading
+    with what is expected (`InputRefused`);
   - texts: a list of str, a numpy array of str, a pandas Series, or a DataFrame with a `text`
     column (or a single column);
 and returns a table (pandas DataFrame; over HTTP one JSON record per example): column `class`, the most
@@ -22,6 +24,8 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pandas as pd
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.pyfunc import PythonModel
 
 PREDICT_BATCH = 256  # bounds memory for large requests
@@ -47,6 +51,48 @@ def check_seal(folder) -> None:
         raise ValueError(f"{root}: {len(changed)} file(s) missing or changed since export ({changed[0]})")
 
 
+class InputRefused(MlflowException):
+    """An input the model does not take, in one line that leads with what it expects (HTTP 400)."""
+
+    def __init__(self, line: str):
+        super().__init__(line, error_code=INVALID_PARAMETER_VALUE)
+        self.line = line
+
+    def serialize_as_json(self):
+        # MLflow's scoring server prefixes the message with 'Failed to predict data <the whole request>' before
+        # replying: the reply's message stays the one line
+        self.message = self.line
+        return super().serialize_as_json()
+
+
+def image_batch(model_input, shape: tuple) -> np.ndarray:
+    """`model_input` as a uint8 batch of `shape` ((-1, H, W, C)), else InputRefused. Floats are refused even when
+    integer-valued: an image scaled to [0, 1] (1.0 = white) would otherwise pass as near-black pixels."""
+    expected = f"expected images of shape {shape} uint8 (0-255)"
+    try:
+        if isinstance(model_input, pd.DataFrame):
+            model_input = np.stack(model_input.iloc[:, 0].to_numpy())
+        array = np.asarray(model_input)
+    except ValueError:  # ragged nested lists
+        raise InputRefused(f"{expected}; got nested lists of uneven lengths") from None
+    if array.ndim == len(shape) - 1:
+        array = array[None, ...]
+    if array.ndim != len(shape) or any(e not in (-1, a) for e, a in zip(shape[1:], array.shape[1:])):
+        raise InputRefused(f"{expected}; got shape {array.shape}")
+    if array.dtype == np.uint8:
+        return array
+    flat = array.reshape(-1)
+    if array.dtype.kind in "iu":
+        flat = flat[(flat < 0) | (flat > 255)]
+        if not flat.size:
+            return array.astype(np.uint8)
+    elif array.dtype.kind == "f":
+        flat = np.concatenate([flat[flat != np.round(flat)], flat])  # a fractional value first, if any
+    kind = "str" if array.dtype.kind in "US" else array.dtype.name
+    such_as = f" such as {flat[0].item()!r}" if flat.size else ""
+    raise InputRefused(f"expected uint8 pixel values 0-255; got {kind} values{such_as}")
+
+
 class SavedModelClassifier(PythonModel):
     def load_context(self, context):
         import tensorflow as tf
@@ -59,6 +105,8 @@ class SavedModelClassifier(PythonModel):
         if len(kwargs) != 1:
             raise ValueError(f"serving_default must take exactly one input, takes {sorted(kwargs)}")
         ((self._input_name, self._spec),) = kwargs.items()
+        if self._spec.dtype != tf.string:
+            self._shape = tuple(-1 if d is None else d for d in self._spec.shape.as_list())
         outputs = self._fn.structured_outputs
         self._output = "probabilities" if "probabilities" in outputs else next(iter(outputs))
         self.class_names = None
@@ -80,16 +128,12 @@ class SavedModelClassifier(PythonModel):
             return np.asarray(
                 [v if isinstance(v, bytes) else str(v).encode("utf-8") for v in values], dtype=object
             )
-        if isinstance(model_input, pd.DataFrame):
-            model_input = np.stack(model_input.iloc[:, 0].to_numpy())
-        array = np.asarray(model_input)
-        if array.ndim == len(self._spec.shape) - 1:
-            array = array[None, ...]
-        return array.astype(self._spec.dtype.as_numpy_dtype, copy=False)
+        return image_batch(model_input, self._shape)
 
-    # The hint is one MLflow infers no schema from: the explicit signature logged with the model
-    # governs input checks (texts arrive as a one-column DataFrame, images as an ndarray), and
-    # MLflow does not warn about a missing type hint on every load.
+    # The hint is one MLflow infers no schema from, so MLflow does not warn about a missing type hint on
+    # every load: texts are checked against the logged signature and arrive as a one-column DataFrame;
+    # images arrive raw (MLflow is told not to enforce their signature: tfpipe.tracking.models) and are
+    # checked here.
     def predict(self, context, model_input: np.ndarray, params=None):
         batch = self._to_batch(model_input)
         parts = [np.zeros((0, len(self.class_names or [])), dtype=np.float32)]
