@@ -36,6 +36,8 @@ def rooted(cfg: Config, root: Path) -> Config:
     source = cfg.data.source
     if source == "auto":
         source = "directory" if path and Path(path).is_dir() else "tfds"
+        if source == "tfds":
+            _not_in_this_experiment_copy(cfg.data.path, root)
         if source == "tfds" and not cfg.dataset.tfds_name:
             raise ConfigError(
                 f"data.source=auto: data.path={cfg.data.path} is not a folder and dataset "
@@ -46,3 +48,18 @@ def rooted(cfg: Config, root: Path) -> Config:
         cfg.data, source=source, path=path, output_dir=absolute(cfg.data.output_dir)
     )
     return dataclasses.replace(cfg, data=data_cfg)
+
+
+def _not_in_this_experiment_copy(data_path, root: Path) -> None:
+    """A queued or `--temp` DVC experiment runs in a copy holding only what git and DVC track (DVC_ROOT names the
+    project): a data folder the project has but the copy lacks was never `dvc add`ed. Refused, rather than TFDS
+    downloading another copy of the data or failing offline with a path inside the copy."""
+    project = os.environ.get("DVC_ROOT", "").strip()
+    if not data_path or os.path.isabs(data_path) or not project or Path(project).resolve() == root.resolve():
+        return
+    if (Path(project) / data_path).is_dir():
+        raise ConfigError(
+            f"data.source=auto: {data_path} is a folder in the project ({project}) but not in this DVC experiment's "
+            f"copy, which holds only what git and DVC track (queued and --temp experiments): dvc add {data_path}, "
+            f"git add {data_path}.dvc, commit, then run the experiment again"
+        )
