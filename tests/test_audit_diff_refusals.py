@@ -274,7 +274,14 @@ def test_pass_env_on_the_command_line_reaches_the_stages_and_nothing_else(repo, 
     env.update(AWS_SECRET_ACCESS_KEY="u3", PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
     uri = f"sqlite:///{tmp_path / 'store.db'}"
     cmd = [sys.executable, "-m", "pipeline.audit", run_id, "--rerun", "--tracking-uri", uri, "--apply-diff"]
-    cmd += ["--pass-env", "I22_PASSED_TOKEN", "--pass-env", "I22_PASSED"]
+    cmd += [
+        "--pass-env",
+        "I22_PASSED_TOKEN",
+        "--pass-env",
+        "I22_PASSED",
+        "--sandbox",
+        "off",
+    ]  # env.txt is outside
     proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
     seen = dict(line.split("=", 1) for line in (tmp_path / "env.txt").read_text().splitlines() if "=" in line)
     # every other name is on the allowlist, or set by the rerun, DVC or the shell

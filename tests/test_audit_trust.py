@@ -68,10 +68,23 @@ def _forge(tmp_path, commit, diff=None, dirty="true", config="seed: 1\n") -> str
     return run_id
 
 
-def _audit(repo, tmp_path, run_id, *flags, env=None):
+def _audit(repo, tmp_path, run_id, *flags, env=None, sandbox="off"):
+    """`audit RUN --rerun`; unsandboxed unless asked (these stages report by writing outside the re-run's folder,
+    which the sandbox forbids: tests of the sandbox below)."""
     env = {**(env or os.environ), "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
     uri = f"sqlite:///{tmp_path / 'store.db'}"
-    cmd = [sys.executable, "-m", "pipeline.audit", run_id, "--rerun", "--tracking-uri", uri, *flags]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.audit",
+        run_id,
+        "--rerun",
+        "--tracking-uri",
+        uri,
+        "--sandbox",
+        sandbox,
+    ]
+    cmd += flags
     return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -228,9 +241,8 @@ def test_a_stopped_audit_leaves_no_stage_process_and_no_worktree(project, tmp_pa
     import time
 
     repo, _ = project
-    started = tmp_path / "stage.pid"
     stages = (
-        f"stages:\n  prepare:\n    cmd: echo ok\n  train:\n    cmd: echo $$ > {started} && exec sleep 600\n"
+        "stages:\n  prepare:\n    cmd: echo ok\n  train:\n    cmd: echo $$ > stage.pid && exec sleep 600\n"
     )
     (repo / "dvc.yaml").write_text(stages)
     _sh(repo, "git", "commit", "-qam", "a long train stage")
@@ -249,11 +261,15 @@ def test_a_stopped_audit_leaves_no_stage_process_and_no_worktree(project, tmp_pa
         cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     deadline = time.monotonic() + 240
-    while not (started.is_file() and started.read_text().strip()):  # the event: the train stage wrote its pid
+
+    def started() -> list:  # the event: the train stage wrote its pid in its worktree (sandboxed by default)
+        return [p for p in scratch.glob("*/worktree/stage.pid") if p.read_text().strip()]
+
+    while not started():
         assert audit.poll() is None, audit.communicate()
         assert time.monotonic() < deadline, "the train stage never started"
         time.sleep(0.2)
-    stage_pid = int(started.read_text())
+    stage_pid = int(started()[0].read_text())
     assert list(scratch.iterdir())  # the worktree is there while the stage runs
     audit.send_signal(signal.SIGTERM)
     _, err = audit.communicate(timeout=120)
@@ -318,3 +334,92 @@ def test_a_recorded_model_function_must_be_a_module_of_the_commit(tmp_path, key)
     theirs = {"model": {**ours["model"], key: "subprocess:getoutput"}}
     with pytest.raises(UserError, match=f"recorded model.{key}='subprocess:getoutput' is no module"):
         trust.check_named_code(theirs, tmp_path)
+
+
+PROBE = """import os, socket, sys
+seen = []
+seen.append("home=" + ("visible" if os.path.exists({netrc!r}) else "hidden"))
+seen.append("dvc_local=" + ("visible" if "s3cret" in open({local!r}).read() else "hidden"))
+try:
+    open({outside!r}, "w").write("escaped")
+    seen.append("write=done")
+except OSError:
+    seen.append("write=refused")
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=5).close()
+    seen.append("net=reached")
+except OSError:
+    seen.append("net=refused")
+print("PROBE " + " ".join(seen))
+sys.exit(3)
+"""
+
+
+def _bwrap_works() -> bool:
+    from tfpipe.audit import sandbox
+
+    why = sandbox.problem()
+    if why and os.environ.get("CI"):
+        pytest.fail(f"CI installs bubblewrap (.ci/run): {why}")
+    return why is None
+
+
+@pytest.mark.slow
+def test_the_sandboxed_stages_see_no_home_no_network_and_write_nowhere_else(project, tmp_path):
+    """The default `--sandbox auto` with a working bwrap: a stage of the re-run (a probe script in the commit)
+    cannot read a planted ~/.netrc or the project's .dvc/config.local (remote passwords), cannot write outside the
+    re-run's folder, and cannot reach a server listening on this machine's loopback. Unsandboxed it can."""
+    import socket
+
+    if not _bwrap_works():
+        pytest.skip("bwrap cannot run here")
+    repo, _ = project
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".netrc").write_text("machine example.com login me password planted\n")
+    (repo / ".dvc" / "config.local").write_text(
+        "['remote \"team\"']\n    url = https://dvc.example.invalid/store\n    password = s3cret\n"
+    )
+    listener = socket.create_server(("127.0.0.1", 0))
+    outside = tmp_path / "outside.txt"
+    probe = PROBE.format(
+        netrc=str(home / ".netrc"),
+        local=str(repo / ".dvc" / "config.local"),
+        outside=str(outside),
+        port=listener.getsockname()[1],
+    )
+    (repo / "probe.py").write_text(probe)
+    (repo / "dvc.yaml").write_text("stages:\n  prepare:\n    cmd: python probe.py\n")
+    _sh(repo, "git", "add", "-A")
+    _sh(repo, "git", "commit", "-qm", "a probing stage")
+    commit = _sh(repo, "git", "rev-parse", "HEAD").strip()
+    run_id = _forge(tmp_path, commit, dirty="false")
+    env = {**os.environ, "HOME": str(home)}
+    with listener:
+        boxed = _audit(repo, tmp_path, run_id, env=env, sandbox="auto")
+        assert boxed.returncode == 2, boxed.stderr
+        assert "rerun: sandboxed (bubblewrap)" in boxed.stderr
+        assert "PROBE home=hidden dvc_local=hidden write=refused net=refused" in boxed.stderr, boxed.stderr
+        assert not outside.exists()
+        loose = _audit(repo, tmp_path, run_id, env=env, sandbox="off")
+        assert "rerun: not sandboxed (--sandbox off)" in loose.stderr
+        assert "PROBE home=visible dvc_local=visible write=done net=reached" in loose.stderr, loose.stderr
+
+
+@pytest.mark.slow
+def test_sandbox_on_without_bwrap_is_refused_in_one_line_before_any_stage(project, tmp_path):
+    repo, commit = project
+    bin_dir = tmp_path / "bin"  # a PATH with git and without bwrap
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(
+        subprocess.run(["which", "git"], capture_output=True, text=True).stdout.strip()
+    )
+    env = {**os.environ, "PATH": str(bin_dir)}
+    proc = _audit(repo, tmp_path, _forge(tmp_path, commit, dirty="false"), env=env, sandbox="on")
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == (
+        "audit: error: audit: --sandbox on: bubblewrap (bwrap) is not installed; install bubblewrap "
+        "(Debian/Ubuntu: apt-get install bubblewrap), or choose --sandbox off"
+    ), proc.stderr
+    assert "stage prepare" not in proc.stderr and not (tmp_path / "env.txt").exists()

@@ -77,6 +77,13 @@ def _audit_parser(prog: str) -> argparse.ArgumentParser:
         metavar="NAME",
         help="pass this environment variable to the re-execution (repeatable; others are stripped)",
     )
+    parser.add_argument(
+        "--sandbox",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="--rerun's stages under bubblewrap: no home, no network, writes only in the re-run's folder "
+        "(auto: when bwrap works here, else one line says not; on: refuse without it)",
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
     return parser
 
@@ -126,6 +133,7 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
                 trusted_ref=args.trusted_ref,
                 pass_env=tuple(args.pass_env),
                 allow_diff_code=args.allow_diff_code,
+                sandbox_mode=args.sandbox,
                 log=lambda m: print(m, file=sys.stderr),
             )
         print(audit.format_rerun(result), end="")

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from tfpipe.audit import trust
+from tfpipe.audit import sandbox, trust
 from tfpipe.audit import warmstart as warm
 from tfpipe.audit.common import (
     DIFFERS_VERDICT,
@@ -132,8 +132,9 @@ def _make_worktree(root: Path, run: dict, tmp: Path, log, uri: str = "") -> Path
     return wt
 
 
-def _run_stages(wt: Path, store: str, log, pass_env: tuple = ()) -> str:
-    """dvc repro of the three stages in the worktree, tracking into `store`, credentials stripped."""
+def _run_stages(wt: Path, store: str, log, pass_env: tuple = (), sandboxed: bool = False, root=None) -> str:
+    """dvc repro of the three stages in the worktree, tracking into `store`, credentials stripped; sandboxed:
+    under bubblewrap (`tfpipe.audit.sandbox`)."""
     from tfpipe.provenance import environ_snapshot
 
     env = trust.stage_env(environ_snapshot(), pass_env)
@@ -145,6 +146,9 @@ def _run_stages(wt: Path, store: str, log, pass_env: tuple = ()) -> str:
     )
     source = restore_prepared(wt, env, log)
     dvc = [sys.executable, "-m", "dvc", "repro"]
+    if sandboxed:
+        trust.write_inside(wt, ".dvc/config.local", sandbox.dvc_config(wt.parent))
+        dvc = sandbox.wrap(dvc, wt.parent, Path(root))
     steps = [("train", [*dvc, "-f", "-s", "train"]), ("evaluate", [*dvc, "-f", "-s", "evaluate"])]
     if source == PREPARED_AGAIN:
         steps.insert(0, ("prepare from the auditor's raw data", [*dvc, "prepare"]))
@@ -153,7 +157,8 @@ def _run_stages(wt: Path, store: str, log, pass_env: tuple = ()) -> str:
         proc = _run_group(cmd, wt, env)
         if proc.returncode != 0:
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
-            raise UserError(f"rerun: `{' '.join(cmd[1:])}` failed in the worktree: {' | '.join(tail)[:800]}")
+            shown = " ".join(cmd[cmd.index("-m") + 1 :])
+            raise UserError(f"rerun: `{shown}` failed in the worktree: {' | '.join(tail)[:800]}")
     return source
 
 
@@ -224,6 +229,7 @@ def rerun(
     trusted_ref: Optional[str] = None,
     pass_env: tuple = (),
     allow_diff_code: bool = False,
+    sandbox_mode: str = "auto",
 ) -> RerunResult:
     """Re-create run `run_id` in a temporary git worktree at its commit and compare the outcome."""
     from tfpipe.tracking import reading
@@ -232,12 +238,13 @@ def rerun(
     uri = tracking_uri_for(root, uri)
     run = _recorded_run(run_id, root, uri, tolerance)
     trust.gate(run_id, run, root, apply_diff, trusted_ref, allow_diff_code)
+    sandboxed = sandbox.decide(sandbox_mode, log)
     tmp = Path(tempfile.mkdtemp(prefix="tfpipe-rerun-"))
     wt = tmp / "worktree"
     try:
         wt = _make_worktree(root, run, tmp, log, uri)
         store = f"sqlite:///{tmp / 'mlflow.db'}"
-        prepared = _run_stages(wt, store, log, tuple(pass_env))
+        prepared = _run_stages(wt, store, log, tuple(pass_env), sandboxed, root)
         cfg = run["config"]
         new_id = json.loads((wt / (cfg.get("tracking") or {}).get("run_file", "run.json")).read_text())[
             "run_id"
