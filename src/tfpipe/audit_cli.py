@@ -39,6 +39,8 @@ def main(name: str, argv) -> int:
 
 
 def _audit_parser(prog: str) -> argparse.ArgumentParser:
+    from tfpipe.audit import sandbox
+
     parser = argparse.ArgumentParser(prog=prog, description=AUDIT_DOC)
     parser.add_argument("run_id")
     parser.add_argument("--rerun", action="store_true", help="re-execute the run and compare outcomes")
@@ -79,7 +81,7 @@ def _audit_parser(prog: str) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--sandbox",
-        choices=("auto", "on", "off"),
+        choices=sandbox.MODES,
         default="auto",
         help="--rerun's stages under bubblewrap: no home, no network, writes only in the re-run's folder "
         "(auto: when bwrap works here, else one line says not; on: refuse without it)",

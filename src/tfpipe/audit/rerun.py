@@ -149,15 +149,15 @@ def _run_stages(wt: Path, store: str, log, pass_env: tuple = (), sandboxed: bool
     if sandboxed:
         trust.write_inside(wt, ".dvc/config.local", sandbox.dvc_config(wt.parent))
         dvc = sandbox.wrap(dvc, wt.parent, Path(root))
-    steps = [("train", [*dvc, "-f", "-s", "train"]), ("evaluate", [*dvc, "-f", "-s", "evaluate"])]
+    steps = [("train", ["-f", "-s", "train"]), ("evaluate", ["-f", "-s", "evaluate"])]
     if source == PREPARED_AGAIN:
-        steps.insert(0, ("prepare from the auditor's raw data", [*dvc, "prepare"]))
-    for step, cmd in steps:
+        steps.insert(0, ("prepare from the auditor's raw data", ["prepare"]))
+    for step, args in steps:
         log(f"rerun: {step} ...")
-        proc = _run_group(cmd, wt, env)
+        proc = _run_group([*dvc, *args], wt, env)
         if proc.returncode != 0:
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
-            shown = " ".join(cmd[cmd.index("-m") + 1 :])
+            shown = " ".join(["dvc", "repro", *args])
             raise UserError(f"rerun: `{shown}` failed in the worktree: {' | '.join(tail)[:800]}")
     return source
 

@@ -48,9 +48,7 @@ def decide(mode: str, log) -> bool:
         return False
     why = problem()
     if why is None:
-        log(
-            "rerun: sandboxed (bubblewrap): the stages see no home and no network, and write only in the re-run's folder"
-        )
+        log("rerun: sandboxed (bubblewrap): no home, no network, writes only in the re-run's folder")
         return True
     if mode == "on":
         raise UserError(f"audit: --sandbox on: {why}; {INSTALL}, or choose --sandbox off")
@@ -79,10 +77,8 @@ def wrap(cmd: list, folder: Path, project: Path) -> list:
         if project.resolve().is_relative_to(home):  # the worktree's .git points into the project's .git
             argv += ["--ro-bind", str(project / ".git"), str(project.resolve() / ".git")]
     argv += ["--bind", str(folder), str(folder)]
-    raw = (
-        folder / "worktree" / "data" / "raw"
-    )  # hard links to the auditor's raw files: writing them writes those
-    if raw.is_dir():
+    raw = folder / "worktree" / "data" / "raw"
+    if raw.is_dir():  # hard links to the auditor's raw files: writing them would write those
         argv += ["--ro-bind", str(raw), str(raw)]
     secret = project / ".dvc" / "config.local"
     if secret.is_file():  # an empty file over it (a device node would not open: bwrap binds with nodev)
