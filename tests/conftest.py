@@ -55,6 +55,31 @@ def _no_leaked_environment():
         os.environ.update(saved)
 
 
+CHECKOUT_OUTPUTS = (
+    "mlruns",
+    "mlartifacts",
+    "mlflow.db",
+    "models",
+    "metrics",
+    "plots",
+    "run.json",
+    "outputs",
+    "multirun",
+    ".tfpipe",
+    "data/prepared",
+)  # what a stage run from this checkout would write
+
+
+@pytest.fixture(autouse=True)
+def _no_outputs_in_the_checkout():
+    """Each test writes only into its own folders: an MLflow experiment made without an artifact location, or a
+    stage run from the suite's working folder, would leave outputs in this checkout (found: mlruns/)."""
+    before = {name for name in CHECKOUT_OUTPUTS if (ROOT / name).exists()}
+    yield
+    made = sorted(name for name in CHECKOUT_OUTPUTS if name not in before and (ROOT / name).exists())
+    assert not made, f"the test wrote {made} into the checkout {ROOT}"
+
+
 @pytest.fixture
 def mount_tmpfs():
     """mount_tmpfs(path): a real tmpfs mounted at `path` (created), unmounted after the test. Needs root:
@@ -218,6 +243,7 @@ def stage_project(tmp_path: Path, prepared: Prepared, *overrides: str):
 
     project = tmp_path / "project"
     shutil.copytree(ROOT / "conf", project / "conf")
+    seed_store(project)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TF_CONFIG"))}
     env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]), TF_CPP_MIN_LOG_LEVEL="2")
     argv = [*overrides, f"data.output_dir={prepared.prepared_dir}"]
@@ -263,14 +289,37 @@ def prepared_text(text_dir, tmp_path_factory) -> Prepared:
     return prepare_tree(text_dir, tmp_path_factory.mktemp("prepared") / "imdb", "dataset=imdb")
 
 
-@pytest.fixture(scope="session")
-def db_template(tmp_path_factory) -> Path:
-    """One migrated, empty mlflow.db per worker (MLflow's schema migrations take seconds); copy it, never write it."""
-    from mlflow import MlflowClient
+_STORE_TEMPLATE: list = []  # [path of the worker's migrated, empty mlflow.db], set per worker below
 
-    path = tmp_path_factory.mktemp("mlflow_template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
+
+@pytest.fixture(scope="session", autouse=True)
+def _store_template_folder(tmp_path_factory):
+    _STORE_TEMPLATE[:] = [tmp_path_factory.mktemp("mlflow_template") / "mlflow.db"]
+
+
+def _migrated_template() -> Path:
+    template = _STORE_TEMPLATE[0]
+    if not template.exists():
+        from mlflow import MlflowClient
+
+        MlflowClient(tracking_uri=f"sqlite:///{template}").search_experiments()
+    return template
+
+
+@pytest.fixture(scope="session")
+def db_template() -> Path:
+    """One migrated, empty mlflow.db per worker (MLflow's schema migrations take seconds); copy it, never write it."""
+    return _migrated_template()
+
+
+def seed_store(folder: Path, name: str = "mlflow.db") -> Path:
+    """Copy `db_template` to folder/name: MLflow migrates a new store's schema on first use, 2 to 4 s in every
+    process that creates one. For tests whose claim is not about creating the store; MLflow opens the copy as one
+    it made itself (same version, same schema)."""
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy(_migrated_template(), folder / name))
 
 
 def churning_environment(read, rounds: int = 300) -> None:

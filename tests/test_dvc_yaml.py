@@ -30,3 +30,38 @@ def test_each_stage_declares_the_files_its_code_writes():
     written = {layout.EVAL_METRICS, layout.EVAL_PER_CLASS, layout.CONFUSION_CSV, layout.CONFUSION_PNG}
     assert written <= _declared(stages["evaluate"])
     assert f"{layout.MODELS_DIR}/${{dataset.name}}/saved_model" in stages["evaluate"]["deps"]
+
+
+def _repo_with_the_projects_dvc_config(tmp_path: Path) -> tuple[Path, dict]:
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DVC_")} | {"DVC_NO_ANALYTICS": "1"}
+    for cmd in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"]):
+        subprocess.run(cmd, cwd=tmp_path, env=env, check=True)
+    shutil.copy(ROOT / ".dvc" / "config", tmp_path / ".dvc" / "config")
+    return tmp_path, env
+
+
+def test_tracked_raw_data_is_checked_out_as_links_to_the_cache_never_copies_nor_symlinks(tmp_path):
+    """With the project's .dvc/config, a checkout of `dvc add`ed raw data (what a queued or --temp experiment's
+    copy of the project gets) links each file to the cached one (one inode, read-only) instead of copying it;
+    never a symlink, which prepare would refuse (its target, in .dvc/cache, is outside data.path)."""
+    import shutil
+    import subprocess
+    import sys
+
+    repo, env = _repo_with_the_projects_dvc_config(tmp_path)
+    image = repo / "data" / "raw" / "pics" / "train" / "cat" / "0.jpg"
+    image.parent.mkdir(parents=True)
+    image.write_bytes(b"not really a jpeg, only bytes to cache")
+    dvc = [sys.executable, "-m", "dvc"]
+    subprocess.run([*dvc, "add", "-q", "data/raw/pics"], cwd=repo, env=env, check=True)
+    shutil.rmtree(repo / "data" / "raw" / "pics")
+    subprocess.run([*dvc, "checkout", "-q"], cwd=repo, env=env, check=True)
+    cached = [p for p in (repo / ".dvc" / "cache").rglob("*") if p.is_file() and not p.name.endswith(".dir")]
+    assert not image.is_symlink() and len(cached) == 1
+    assert image.stat().st_ino == cached[0].stat().st_ino  # a hard link (a reflink would be a copy's inode)
+    assert not image.stat().st_mode & 0o222  # read-only: an edit in place would change the cache

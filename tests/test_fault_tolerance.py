@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
+from conftest import seed_store
 
 from tfpipe import config, interrupts, training
 
@@ -125,6 +126,7 @@ SUBPROCESS_TINY = [
 def _project(tmp: Path, prepared_dir: Path, name: str) -> tuple[Path, list, dict]:
     project = tmp / name
     shutil.copytree(ROOT / "conf", project / "conf")
+    seed_store(project)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TF_CONFIG"))}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"

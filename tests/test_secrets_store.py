@@ -100,7 +100,7 @@ def test_the_study_record_is_redacted(tmp_path):
     from tfpipe.tracking import study
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    run_id = client.create_run(client.create_experiment("s")).info.run_id
+    run_id = client.create_run(client.create_experiment("s", (tmp_path / "art").as_uri())).info.run_id
     parent = SimpleNamespace(client=client, run_id=run_id)
     url = f"https://me:{URL_PASSWORD}@host/x"
     study.record_space(
