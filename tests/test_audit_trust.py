@@ -341,6 +341,7 @@ PROBE = """import os, socket, sys
 seen = []
 seen.append("home=" + ("visible" if os.path.exists({netrc!r}) else "hidden"))
 seen.append("dvc_local=" + ("visible" if "s3cret" in open({local!r}).read() else "hidden"))
+seen.append("git_config=" + ("visible" if "t0ken" in open({git_config!r}).read() else "hidden"))
 try:
     open({outside!r}, "w").write("escaped")
     seen.append("write=done")
@@ -368,7 +369,8 @@ def _bwrap_works() -> bool:
 @pytest.mark.slow
 def test_the_sandboxed_stages_see_no_home_no_network_and_write_nowhere_else(project, tmp_path):
     """The default `--sandbox auto` with a working bwrap: a stage of the re-run (a probe script in the commit)
-    cannot read a planted ~/.netrc or the project's .dvc/config.local (remote passwords), cannot write outside the
+    cannot read a planted ~/.netrc, the project's .dvc/config.local (remote passwords) or a token in its .git/config
+    remote URL (yet git works: the stage runs under `dvc repro` in a worktree), cannot write outside the
     re-run's folder, and cannot reach a server listening on this machine's loopback. Unsandboxed it can."""
     import socket
 
@@ -383,11 +385,13 @@ def test_the_sandboxed_stages_see_no_home_no_network_and_write_nowhere_else(proj
     (repo / ".dvc" / "config.local").write_text(
         "['remote \"team\"']\n    url = https://dvc.example.invalid/store\n    password = s3cret\n"
     )
+    _sh(repo, "git", "config", "remote.origin.url", "https://me:t0ken@git.example.invalid/team.git")
     listener = socket.create_server(("127.0.0.1", 0))
     outside = tmp_path / "outside.txt"
     probe = PROBE.format(
         netrc=str(home / ".netrc"),
         local=str(repo / ".dvc" / "config.local"),
+        git_config=str(repo / ".git" / "config"),
         outside=str(outside),
         port=listener.getsockname()[1],
     )
@@ -402,11 +406,15 @@ def test_the_sandboxed_stages_see_no_home_no_network_and_write_nowhere_else(proj
         boxed = _audit(repo, tmp_path, run_id, env=env, sandbox="auto")
         assert boxed.returncode == 2, boxed.stderr
         assert "rerun: sandboxed (bubblewrap)" in boxed.stderr
-        assert "PROBE home=hidden dvc_local=hidden write=refused net=refused" in boxed.stderr, boxed.stderr
+        assert (
+            "PROBE home=hidden dvc_local=hidden git_config=hidden write=refused net=refused" in boxed.stderr
+        ), boxed.stderr
         assert not outside.exists()
         loose = _audit(repo, tmp_path, run_id, env=env, sandbox="off")
         assert "rerun: not sandboxed (--sandbox off)" in loose.stderr
-        assert "PROBE home=visible dvc_local=visible write=done net=reached" in loose.stderr, loose.stderr
+        assert (
+            "PROBE home=visible dvc_local=visible git_config=visible write=done net=reached" in loose.stderr
+        ), loose.stderr
 
 
 @pytest.mark.slow

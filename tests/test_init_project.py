@@ -4,6 +4,7 @@ conf/ through Hydra's search path and holds only the team's parts. The slow test
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -211,6 +212,18 @@ def test_an_installed_wheel_inits_a_project_that_trains_serves_and_audits(tmp_pa
             True,
         )
         assert got["rows"] == 2 and got["cols"][0] == "class" and len(got["cols"]) == classes + 1
+        # batch predict takes the team's model too: one row per test file, a probability per class folder
+        test_split = project / "data" / "raw" / dataset / "test"
+        files = sorted(p.relative_to(test_split).as_posix() for p in test_split.rglob("*") if p.is_file())
+        out = tmp_path / f"{dataset}.csv"
+        run("tfpipe", "predict", f"runs:/{runs[dataset]}/model", test_split, "--out", out, cwd=project)
+        with out.open() as fh:
+            rows = list(csv.reader(fh))
+        class_names = sorted(p.name for p in test_split.iterdir())
+        assert rows[0] == ["file", "label", "probability", *(f"p_{c}" for c in class_names)], rows[0]
+        assert sorted(row[0] for row in rows[1:]) == files and {row[1] for row in rows[1:]} <= set(
+            class_names
+        )
 
     clone = tmp_path / "teammate"
     run("git", "clone", "-q", project, clone, cwd=tmp_path)

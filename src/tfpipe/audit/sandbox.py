@@ -66,8 +66,8 @@ def _python_folders_under(home: Path) -> list:
 
 def wrap(cmd: list, folder: Path, project: Path) -> list:
     """`cmd` under bwrap: everything read-only, the home an empty tmpfs (the Python installation bound back
-    read-only), no network, `folder` (the re-run's temporary folder) writable, and the project's own DVC remote
-    settings (`.dvc/config.local`: remote URLs and passwords) hidden."""
+    read-only), no network, `folder` (the re-run's temporary folder) writable, and the project's own remote
+    settings hidden: `.dvc/config.local` (remote URLs and passwords), and in `.git/config` all but core settings."""
     home = Path.home().resolve()
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     if home != Path("/") and home.is_dir():  # the re-run's folder, bound below, shows through even inside it
@@ -76,6 +76,13 @@ def wrap(cmd: list, folder: Path, project: Path) -> list:
             argv += ["--ro-bind", str(kept), str(kept)]
         if project.resolve().is_relative_to(home):  # the worktree's .git points into the project's .git
             argv += ["--ro-bind", str(project / ".git"), str(project.resolve() / ".git")]
+    git_config = project / ".git" / "config"
+    if (
+        git_config.is_file()
+    ):  # remote URLs and http headers may carry tokens: the stages' git sees core settings
+        kept = folder / "git-config"
+        kept.write_text(_core_settings(git_config), encoding="utf-8")
+        argv += ["--ro-bind", str(kept), str(git_config.resolve())]
     argv += ["--bind", str(folder), str(folder)]
     raw = folder / "worktree" / "data" / "raw"
     if raw.is_dir():  # hard links to the auditor's raw files: writing them would write those
@@ -89,6 +96,22 @@ def wrap(cmd: list, folder: Path, project: Path) -> list:
     scratch.mkdir(exist_ok=True)
     argv += ["--setenv", "TMPDIR", str(scratch), "--setenv", "HOME", str(home)]
     return [*argv, "--unshare-net", "--die-with-parent", "--", *cmd]
+
+
+def _core_settings(git_config: Path) -> str:
+    """The `core.*` and `extensions.*` settings of a git config file, as one (what the worktree's git needs)."""
+    listed = subprocess.run(
+        ["git", "config", "--file", str(git_config), "--null", "--get-regexp", r"^(core|extensions)\."],
+        capture_output=True,
+        text=True,
+    ).stdout
+    sections: dict = {}
+    for entry in filter(None, listed.split("\0")):
+        key, _, value = entry.partition("\n")
+        section, _, name = key.partition(".")
+        quoted = value.replace("\\", "\\\\").replace('"', '\\"')
+        sections.setdefault(section, []).append(f'\t{name} = "{quoted}"\n')
+    return "".join(f"[{section}]\n" + "".join(lines) for section, lines in sections.items())
 
 
 def dvc_config(folder: Path) -> str:
