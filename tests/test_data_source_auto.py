@@ -45,6 +45,7 @@ def test_auto_without_a_folder_or_a_tfds_builder_is_one_line(tmp_path, make_conf
     )
 
 
+@pytest.mark.slow  # starts processes
 def test_prepare_with_no_source_given_reads_data_raw_offline(tmp_path, image_dir):
     """`python -m pipeline.prepare experiment=smoke` in a project holding data/raw/cifar10: read from the folder
     (TFDS cannot download here), the manifest says so."""

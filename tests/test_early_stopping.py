@@ -133,6 +133,7 @@ class _KillAfter(Hook):
             raise KeyboardInterrupt(f"killed before epoch {epoch}")
 
 
+@pytest.mark.slow  # starts processes
 def test_a_run_killed_while_waiting_resumes_to_the_same_stop_and_weights(prepared_image, tmp_path):
     """patience 2: epoch 0 best, epochs 1 and 2 wait, stop after 2. Killed after epoch 1 (one epoch waited), the
     resumed run must still count that epoch: it stops after epoch 2 on epoch 0's weights, as the whole run did."""

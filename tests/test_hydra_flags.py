@@ -179,6 +179,7 @@ def test_hydra_help_run_and_version(capsys):
     assert code == 0 and not ran and yaml.safe_load(out)["train"]["epochs"] == 3
 
 
+@pytest.mark.slow  # starts processes
 def test_tfpipe_sweep_is_the_sweep_app():
     by_script = _run([sys.executable, "-m", "tfpipe.cli", "sweep", "--help"])
     assert by_script.returncode == 0, by_script.stderr
@@ -196,6 +197,7 @@ def test_tfpipe_sweep_is_the_sweep_app():
 @pytest.mark.skipif(
     shutil.which("tfpipe") is None, reason="the console script is installed by pip install -e ."
 )
+@pytest.mark.slow  # starts processes
 def test_installed_console_script_takes_hydra_flags():
     proc = _run(["tfpipe", "train", "--cfg", "job", "train.epochs=3"])
     assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["train"]["epochs"] == 3, proc.stderr

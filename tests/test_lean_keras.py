@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 EXTRAS = ("matplotlib", "sklearn", "pandas", "IPython")
 
@@ -19,6 +21,7 @@ def _run(code: str, **env: str) -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow  # starts processes
 def test_keras_skips_its_extras_and_everyone_else_still_imports_them():
     """After `import tfpipe`, Keras (here through TensorFlow, as the stages import it) loads without matplotlib,
     scikit-learn, pandas or IPython; code outside Keras then imports each of them as usual."""

@@ -163,6 +163,7 @@ def test_the_environments_children_get_survive_a_thread_changing_it(monkeypatch)
     assert seen == ["kept"] * 20300
 
 
+@pytest.mark.slow  # starts processes
 def test_mlflow_telemetry_is_off_unless_asked_for():
     """tfpipe.tracking turns MLflow's telemetry off by default (README, Security); an explicit choice stays."""
     code = "import os, tfpipe.tracking; print(os.environ.get('MLFLOW_DISABLE_TELEMETRY'))"
