@@ -69,7 +69,7 @@ def _experiment(project: Path, env: dict, epochs: int, learning_rate: float) -> 
     overrides = [f"train.epochs={epochs}", f"train.optimizer.learning_rate={learning_rate}"]
     t0 = time.perf_counter()
     _run(
-        [sys.executable, "-m", "dvc", "exp", "run", "--temp", *sum((["-S", o] for o in overrides), [])],
+        [sys.executable, "-m", "dvc", "exp", "run", "--temp", *[a for o in overrides for a in ("-S", o)]],
         project,
         env,
     )

@@ -76,10 +76,8 @@ def wrap(cmd: list, folder: Path, project: Path) -> list:
             argv += ["--ro-bind", str(kept), str(kept)]
         if project.resolve().is_relative_to(home):  # the worktree's .git points into the project's .git
             argv += ["--ro-bind", str(project / ".git"), str(project.resolve() / ".git")]
-    git_config = project / ".git" / "config"
-    if (
-        git_config.is_file()
-    ):  # remote URLs and http headers may carry tokens: the stages' git sees core settings
+    git_config = project / ".git" / "config"  # remote URLs and http headers may carry tokens
+    if git_config.is_file():  # the stages' git sees its core settings only
         kept = folder / "git-config"
         kept.write_text(_core_settings(git_config), encoding="utf-8")
         argv += ["--ro-bind", str(kept), str(git_config.resolve())]
