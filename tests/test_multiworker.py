@@ -43,7 +43,7 @@ def project_env() -> dict:
     return env
 
 
-def _train_job(tmp: Path, prepared_dir: Path, strategy: str, *extra: str):
+def _train_job(tmp: Path, prepared_dir: Path, strategy: str, *extra: str, env: dict | None = None):
     project = make_project(tmp)
     db = project / "mlflow.db"
     keys = {e.split("=")[0] for e in extra}
@@ -57,7 +57,9 @@ def _train_job(tmp: Path, prepared_dir: Path, strategy: str, *extra: str):
         f"tracking.uri=sqlite:///{db}",
         *extra,
     ]
-    proc = subprocess.run(cmd, cwd=project, env=project_env(), capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(
+        cmd, cwd=project, env=env or project_env(), capture_output=True, text=True, timeout=400
+    )
     return project, db, proc
 
 
@@ -81,10 +83,24 @@ def _examples(project: Path) -> list[int]:
     return [round(float(r["epoch_examples_per_sec"]) * float(r["epoch_seconds"])) for r in rows]
 
 
+STALE_SCRATCH = ("tfpipe-worker-{pid}-k1ll3d00", "tfpipe-preemption-{pid}-k1ll3d00")  # a SIGKILLed worker's
+
+
 @pytest.fixture(scope="module")
 def mwms_job(prepared_image, tmp_path_factory):
-    # `python -m pipeline.train` itself hands over to the launcher (no TF_CONFIG set), as `dvc repro` would.
-    return _train_job(tmp_path_factory.mktemp("mwms"), prepared_image.prepared_dir, "multi_worker_mirrored")
+    # `python -m pipeline.train` itself hands over to the launcher (no TF_CONFIG set), as `dvc repro` would. The
+    # job's temp dir holds the scratch folders a killed worker of an earlier job left (its pid is gone).
+    temp = tmp_path_factory.mktemp("mwms-temp")
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    for name in STALE_SCRATCH:
+        (temp / name.format(pid=int(dead.stdout))).mkdir()
+    env = {**project_env(), "TMPDIR": str(temp)}
+    job = _train_job(
+        tmp_path_factory.mktemp("mwms"), prepared_image.prepared_dir, "multi_worker_mirrored", env=env
+    )
+    return (*job, temp)
 
 
 @pytest.fixture(scope="module")
@@ -97,14 +113,23 @@ def ps_job(prepared_image, tmp_path_factory):
 
 
 def test_mwms_job_succeeds_with_role_prefixed_logs(mwms_job):
-    _, _, proc = mwms_job
+    _, _, proc, _ = mwms_job
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "[worker:0]" in proc.stdout and "[worker:1]" in proc.stdout
     assert "[launcher] started 2 processes (multi_worker_mirrored)" in proc.stdout
 
 
+def test_mwms_workers_remove_the_scratch_folders_of_killed_workers_and_leave_none_of_their_own(mwms_job):
+    _, _, proc, temp = mwms_job
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    left = sorted(
+        p.name for p in temp.iterdir() if p.name.startswith(("tfpipe-worker-", "tfpipe-preemption-"))
+    )
+    assert left == [], "a worker's scratch checkpoints or preemption folder stayed in the node's temp dir"
+
+
 def test_mwms_loss_decreases_and_one_run_records_the_cluster(mwms_job):
-    project, db, proc = mwms_job
+    project, db, proc, _ = mwms_job
     assert proc.returncode == 0
     losses = _losses(project)
     assert len(losses) == 3 and losses[-1] < losses[0], losses
@@ -127,7 +152,7 @@ def test_mwms_loss_decreases_and_one_run_records_the_cluster(mwms_job):
 def test_mwms_chief_exports_a_float32_model(mwms_job, prepared_image):
     import tensorflow as tf
 
-    project, _, proc = mwms_job
+    project, _, proc, _ = mwms_job
     assert proc.returncode == 0
     saved = project / "models" / "cifar10" / "saved_model"
     fn = tf.saved_model.load(str(saved)).signatures["serving_default"]

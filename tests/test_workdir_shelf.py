@@ -68,3 +68,32 @@ def test_without_a_shelf_root_nothing_is_shelved(tmp_path):
     _save(work.checkpoint_dir, 2)
     work._shelve()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_scratch_folder_of_a_process_that_is_gone_is_removed_by_the_next_one(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    dead = _dead_pid()
+    stale = tmp_path / f"tfpipe-worker-{dead}-k1ll3d00"
+    (stale / "checkpoints").mkdir(parents=True)
+    (stale / "checkpoints" / "ckpt-1.index").write_text("a killed worker's scratch checkpoint")
+    living = tmp_path / f"tfpipe-worker-{os.getppid()}-l1v1ng00"  # the process that started pytest
+    other_prefix = tmp_path / f"tfpipe-preemption-{dead}-0th3r000"
+    unnamed = tmp_path / "tfpipe-worker-nopid"
+    for folder in (living, other_prefix, unnamed):
+        folder.mkdir()
+
+    made = files.scratch_folder("tfpipe-worker-")
+
+    assert not stale.exists()
+    assert living.is_dir() and other_prefix.is_dir() and unnamed.is_dir()
+    assert made.is_dir() and made.parent == tmp_path and made.name.startswith(f"tfpipe-worker-{os.getpid()}-")

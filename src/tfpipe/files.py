@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -53,6 +54,28 @@ def clear_folder(path: str | os.PathLike) -> None:
             shutil.rmtree(child)
         else:
             child.unlink()
+
+
+def scratch_folder(prefix: str) -> Path:
+    """A new folder `<temp dir>/<prefix><pid>-XXXXXXXX` for this process's throwaway files. The folders of the same
+    prefix whose process is gone are removed first: a worker killed by SIGKILL, the OOM killer or a lost node
+    never runs its own cleanup, and its scratch checkpoints would stay in the node's temp dir for good."""
+    root = Path(tempfile.gettempdir())
+    for old in root.glob(f"{prefix}*-*"):
+        pid = old.name[len(prefix) :].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def mirror(source: str | os.PathLike, target: str | os.PathLike, last: str = "") -> None:

@@ -25,7 +25,6 @@ import hashlib
 import json
 import logging
 import shutil
-import tempfile
 from pathlib import Path
 from typing import List, Optional
 
@@ -133,7 +132,7 @@ class WorkDir:
 
         directory = self.checkpoint_dir
         if not chief:
-            self._scratch = Path(tempfile.mkdtemp(prefix="tfpipe-worker-"))
+            self._scratch = files.scratch_folder("tfpipe-worker-")
             directory = self._scratch / CHECKPOINTS
         self._manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=max_to_keep)
         removed = self._remove_partial_saves()  # left by a save that a full disk or a kill interrupted

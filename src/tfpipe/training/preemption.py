@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 from typing import Optional
 
 import tensorflow as tf
 
-from tfpipe import distribute, interrupts
+from tfpipe import distribute, files, interrupts
 from tfpipe.hooks import Hook, StopHook
 
 log = logging.getLogger(__name__)
@@ -48,7 +47,7 @@ class PreemptionHook(StopHook):
 
     def on_train_begin(self, step: int) -> None:
         super().on_train_begin(step)  # signals are only recorded from here on
-        self._scratch = tempfile.mkdtemp(prefix="tfpipe-preemption-")
+        self._scratch = str(files.scratch_folder("tfpipe-preemption-"))
         manager = tf.train.CheckpointManager(tf.train.Checkpoint(), self._scratch, max_to_keep=1)
         config = tf.distribute.experimental.TerminationConfig(
             termination_watcher_fn=_signalled, exit_fn=_stay, grace_period=0, save_fn=self._agree
