@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import tfpipe  # noqa: F401  (first: its lean_keras keeps Keras from importing its extras in the test workers too)
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = ROOT.parent / "shared" / "datasets"
 

@@ -61,6 +61,7 @@ def _logits_model(model):
     return keras.Model(model.inputs, model.get_layer("logit_scale").output)
 
 
+@pytest.mark.slow  # builds and fits two airbench models
 def test_test_time_views_are_averaged_with_airbench_s_weights_and_training_sees_one_view():
     cfg = _cfg("model.widths=[8,8,8]")
     tta = models.build_model(cfg, num_classes=10, normalization=NORM)

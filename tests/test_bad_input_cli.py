@@ -519,6 +519,7 @@ def test_debug_shows_the_traceback(how):
     assert "tfpipe.errors.ConfigError: train.epochs=0: must be > 0" in proc.stderr
 
 
+@pytest.mark.slow  # starts processes
 def test_real_cli_unreachable_mlflow_fails_fast_before_the_data():
     port = _closed_port()
     proc, elapsed = _spawn(

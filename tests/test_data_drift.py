@@ -263,6 +263,7 @@ def logged_runs(trees, tmp_path_factory):
     return uri, run_a.run_id, run_b.run_id, run_c.run_id
 
 
+@pytest.mark.slow  # starts processes
 def test_compare_lists_the_data_report_differences_of_two_runs(logged_runs, tmp_path):
     import os
     import subprocess
@@ -297,6 +298,7 @@ def test_compare_lists_the_data_report_differences_of_two_runs(logged_runs, tmp_
 # ----------------------------------------------------------------------------- pipeline.audit RUN --against
 
 
+@pytest.mark.slow  # shares the three logged runs with the compare test
 def test_audit_against_lists_the_data_report_rows_compare_lists(capsys, logged_runs, tmp_path, monkeypatch):
     from tfpipe.audit_cli import audit_main, compare_main
 

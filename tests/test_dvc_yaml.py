@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tfpipe import layout
@@ -45,6 +46,7 @@ def _repo_with_the_projects_dvc_config(tmp_path: Path) -> tuple[Path, dict]:
     return tmp_path, env
 
 
+@pytest.mark.slow  # starts processes
 def test_tracked_raw_data_is_checked_out_as_links_to_the_cache_never_copies_nor_symlinks(tmp_path):
     """With the project's .dvc/config, a checkout of `dvc add`ed raw data (what a queued or --temp experiment's
     copy of the project gets) links each file to the cached one (one inode, read-only) instead of copying it;

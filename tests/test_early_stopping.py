@@ -98,6 +98,7 @@ def test_restore_best_weights_puts_back_the_best_epoch_s_values():
     assert kernel.numpy().ravel().tolist() == [1.0, 2.0]
 
 
+@pytest.mark.slow  # trains a model for epochs
 def test_training_stops_early_and_exports_the_best_epoch(prepared_image, tmp_path):
     """patience 1 and an impossible min_delta: epoch 0 is the best, epoch 1 does not improve, training stops after
     it (2 of 5 epochs); the export is epoch 0's weights: those of a plain 1-epoch run."""
@@ -152,6 +153,7 @@ def test_a_run_killed_while_waiting_resumes_to_the_same_stop_and_weights(prepare
     assert resumed.weights_sha256 == whole.weights_sha256
 
 
+@pytest.mark.slow  # trains a model for epochs
 def test_the_train_stage_records_the_stop_in_mlflow_and_train_json(prepared_image, tmp_path, monkeypatch):
     """The MLflow run and metrics/train.json say which epoch's weights were exported and that training stopped."""
     import json

@@ -33,6 +33,7 @@ def _nblr(**overrides):
     return cfg, models.build_model(cfg, num_classes=2, vocab_size=len(VOCAB))
 
 
+@pytest.mark.slow  # fits and trains a model
 def test_nblr_starts_at_even_odds_learns_from_the_ratios_and_serves_raw_strings(tmp_path):
     cfg, model = _nblr(hash_buckets=1000, min_documents=1, l2=0.001, max_features=100)
     vec = models.make_text_vectorizer(VOCAB, 6, "split_punctuation")

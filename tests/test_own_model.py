@@ -134,6 +134,7 @@ def fit_priors(model, batches, num_classes):
     return {"examples": int(counts.sum())}
 
 
+@pytest.mark.slow  # trains a model for epochs
 def test_a_team_fit_runs_on_the_train_split_before_training(prepared_image, tmp_path, caplog):
     """model.fit names the team's second function: called once with the built model, the whole train split
     (21 examples in the session's tiny tree) and the class count, before the first step."""

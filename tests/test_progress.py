@@ -52,6 +52,7 @@ def test_the_hook_counts_steps_by_epoch_with_loss_and_validation():
     assert "train epoch 2/2" in text and "10/10" in text and "val_loss=0.2500" in text
 
 
+@pytest.mark.slow  # trains a model for epochs
 @pytest.mark.parametrize("mode", ["bar", "log"])
 def test_train_and_evaluate_draw_only_when_asked(
     prepared_image, tmp_path, make_config, capsys, monkeypatch, mode

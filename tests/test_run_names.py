@@ -121,6 +121,7 @@ def _in_a_hydra_job(overrides: list, run):
         HydraConfig.instance().cfg = None  # as Hydra leaves it after a job
 
 
+@pytest.mark.slow  # trains a model for epochs
 def test_a_sweep_job_carries_its_swept_overrides(make_config, project, monkeypatch):
     sweep = [
         "experiment=smoke",

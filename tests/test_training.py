@@ -440,6 +440,7 @@ def test_steps_per_execution_changes_neither_the_result_nor_the_logging_steps(pr
     assert ckpts1 == ckpts3 == [5, 6, 10]  # every 6th step and every epoch end
 
 
+@pytest.mark.slow  # trains a model for epochs
 def test_each_checkpoint_step_is_saved_once_even_at_an_epoch_end(prepared_image, tmp_path):
     """5 steps an epoch, a checkpoint every 5: each epoch's last step is both a periodic checkpoint and the
     epoch's end, and is saved once, with the next epoch's counters (a second save rewrote ckpt-N in place: a

@@ -46,6 +46,7 @@ def _hooked(path: Path, extra: str = "") -> str:
     return f"train.hooks=[{{_target_:test_user_hooks.Recorder,path:{path}{extra}}}]"
 
 
+@pytest.mark.slow  # trains a model for epochs
 def test_a_configured_hook_is_built_with_its_arguments_and_called_at_each_epoch(prepared_image, tmp_path):
     calls = tmp_path / "calls.jsonl"
     cfg = _cfg("train.epochs=2", _hooked(calls, ",tag:mine"))
