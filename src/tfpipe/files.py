@@ -169,6 +169,13 @@ def seal(folder: str | os.PathLike) -> None:
     write_json(folder / SEAL, {"files": _digest(folder)}, sort_keys=True)
 
 
+def seal_digest(folder: str | os.PathLike) -> str:
+    """One sha256 for a sealed folder: of its seal's file list (each file's digest), as JSON with sorted keys. Check
+    the seal first (check_seal): this reads the list, not the files."""
+    recorded = json.loads((Path(folder) / SEAL).read_text(encoding="utf-8"))["files"]
+    return hashlib.sha256(json.dumps(recorded, sort_keys=True).encode("utf-8")).hexdigest()
+
+
 def check_seal(folder: str | os.PathLike) -> str | None:
     """None when `folder` is whole (its files match its seal), else why not."""
     folder = Path(folder)

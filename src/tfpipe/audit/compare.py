@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from tfpipe.audit.common import ENV_TAGS, TIMING_MARKERS, _load, _short
 
+MODEL_DIGEST = "tfpipe.saved_model_sha256"  # tfpipe.tracking.model_uri.DIGEST_PARAM (no MLflow import here)
+
 
 def _comparable_metrics(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if not any(m in k for m in TIMING_MARKERS)}
@@ -15,7 +17,10 @@ def compare_runs(a: dict, b: dict) -> list:
     rows = []
     for key in sorted(set(a["params"]) | set(b["params"])):
         if a["params"].get(key) != b["params"].get(key):
-            rows.append(("config", key, a["params"].get(key), b["params"].get(key)))
+            section = (
+                "training" if key == MODEL_DIGEST else "config"
+            )  # the logged SavedModel's, not a setting
+            rows.append((section, key, a["params"].get(key), b["params"].get(key)))
     sections = (
         ("code", ("git.",)),
         ("data", ("data.", "dvc.lock.")),

@@ -4,16 +4,21 @@ share it), and downloaded from the tracking store."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
-from tfpipe.errors import TrackingError, one_line
+from tfpipe.errors import TrackingError, UserError, one_line
 from tfpipe.tracking import backend
 from tfpipe.tracking.secrets import redact_url
 
+log = logging.getLogger(__name__)
 SCHEMES = ("runs:/", "models:/")
+# The SavedModel's digest (files.seal_digest), logged as a run param by the train stage that logged the model:
+# MLflow refuses to change a param once logged, so a teammate who can replace the model's files cannot change it.
+DIGEST_PARAM = "tfpipe.saved_model_sha256"
 
 
 def is_model_uri(spec: str) -> bool:
@@ -32,7 +37,31 @@ def download(spec: str, uri: str, dest: Path, key: str) -> tuple[Path, dict]:
         raise TrackingError(
             f"{key}={spec!r}: not downloadable from {redact_url(uri)} ({one_line(exc, 200)})"
         ) from None
+    check_recorded_digest(MlflowClient(tracking_uri=uri), described["source_run"], local, spec, key)
     return local, described
+
+
+def check_recorded_digest(client: MlflowClient, run_id: str, local: Path, spec: str, key: str) -> None:
+    """The downloaded SavedModel is the one run `run_id` logged: whole against its seal, and the seal's digest the
+    run's DIGEST_PARAM. A model logged before tfpipe recorded it is loaded with a warning."""
+    from tfpipe import files
+
+    recorded = client.get_run(run_id).data.params.get(DIGEST_PARAM)
+    if recorded is None:
+        log.warning(
+            "%s=%r: run %s records no %s (logged by an older tfpipe): not checked",
+            key,
+            spec,
+            run_id,
+            DIGEST_PARAM,
+        )
+        return
+    saved = saved_model_folder(local)
+    why = files.check_seal(saved) if saved else "its MLmodel names no SavedModel inside the model folder"
+    if why is None and files.seal_digest(saved) != recorded:
+        why = f"its SavedModel is not the one run {run_id} logged ({DIGEST_PARAM} {recorded[:12]}...)"
+    if why:
+        raise UserError(f"{key}={spec!r}: {why}; refused: changed in the store since it was logged")
 
 
 def describe(client: MlflowClient, spec: str, uri: str, key: str) -> dict:
@@ -66,3 +95,17 @@ def _missing(client: MlflowClient, name: str, alias: str) -> str:
             f"registered model {name!r} has no alias {alias!r} (its aliases: {', '.join(aliases) or 'none'})"
         )
     return f"no such version of registered model {name!r}"
+
+
+def saved_model_folder(local: Path) -> Path | None:
+    """The SavedModel a downloaded tfpipe model loads: the folder its MLmodel names as the `saved_model` artifact
+    (what MLflow hands serving_model.py), when it is inside the model folder."""
+    import yaml
+
+    try:
+        flavor = yaml.safe_load((local / "MLmodel").read_text(encoding="utf-8"))["flavors"]["python_function"]
+        path = str(flavor["artifacts"]["saved_model"]["path"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    folder = (local / path).resolve()
+    return folder if path and folder.is_relative_to(local.resolve()) else None

@@ -96,6 +96,25 @@ def signature_and_example(modality: str, input_example: Any, class_names: list):
     raise TrackingError(f"log_model: modality={modality!r}; allowed: image, text")
 
 
+def _record_digest(run_id: str, digest: str) -> None:
+    """The SavedModel's digest as the run's DIGEST_PARAM, which predict and warm starts check the downloaded model
+    against. Logged once: MLflow refuses another value (the same one is fine: a resumed stage logging it again)."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from tfpipe.tracking.model_uri import DIGEST_PARAM
+
+    try:
+        mlflow.log_param(DIGEST_PARAM, digest)
+    except MlflowException:
+        recorded = mlflow.get_run(run_id).data.params.get(DIGEST_PARAM)
+        if recorded != digest:
+            raise TrackingError(
+                f"log_model: run {run_id} already records {DIGEST_PARAM}={recorded} (set by someone else, or by an "
+                "earlier export); a model that does not match it would be refused: not logged"
+            ) from None
+
+
 def log_pyfunc_model(
     run, saved_model_dir, *, modality: str, input_example: Any, class_names: list, name: str
 ):
@@ -111,6 +130,7 @@ def log_pyfunc_model(
     active = mlflow.active_run()
     if active is None or active.info.run_id != run.run_id:
         raise TrackingError(f"log_model: run {run.run_id} is not the active MLflow run (was it closed?)")
+    _record_digest(run.run_id, files.seal_digest(saved_model_dir))
     signature, example = signature_and_example(modality, input_example, list(class_names))
     with tempfile.TemporaryDirectory(prefix="tfpipe-model-") as tmp:
         names_file = Path(tmp) / "class_names.json"
