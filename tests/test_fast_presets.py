@@ -281,3 +281,29 @@ def test_a_vocabulary_standardised_otherwise_is_refused(prepared_text, tmp_path)
         DataError, match="standardize='strip_punctuation' but the config wants 'split_punctuation'"
     ):
         training.train(cfg, prepared_dir=prepared_text.prepared_dir, output_dir=tmp_path)
+
+
+@pytest.mark.parametrize("model, refused", [("resnet", True), ("airbench", True), ("cnn", False)])
+def test_a_model_registered_as_normalized_refuses_a_manifest_without_the_statistics(
+    prepared_image, make_config, model, refused
+):
+    """resnet and airbench normalise with the train split's statistics (their registry entries say so, no name
+    check elsewhere): a manifest prepared without them is one line naming the model; others do not need them."""
+    import json
+
+    from tfpipe.errors import DataError
+    from tfpipe.training.task import read_input_spec
+
+    manifest = json.loads((prepared_image.prepared_dir / "manifest.json").read_text())
+    assert manifest["normalization"]  # what prepare writes today
+    del manifest["normalization"]
+    cfg = make_config(*prepared_image_overrides(prepared_image), f"model={model}")
+    if refused:
+        with pytest.raises(DataError, match=f"which model {model} needs"):
+            read_input_spec(cfg, manifest, prepared_image.prepared_dir)
+    else:
+        assert read_input_spec(cfg, manifest, prepared_image.prepared_dir).normalization is None
+
+
+def prepared_image_overrides(prepared) -> list:
+    return ["data.source=directory", f"data.output_dir={prepared.prepared_dir}"]

@@ -245,6 +245,6 @@ def _fit(model: keras.Model, model_cfg, batches, num_classes: int) -> dict:
     return fit_whitening(model, batches, int(model_cfg.whitening_examples))
 
 
-@register("airbench", fit=_fit)
+@register("airbench", fit=_fit, normalized=True)
 def _airbench(cfg, inputs) -> keras.Model:
     return build_airbench(cfg, inputs.num_classes, inputs.normalization)

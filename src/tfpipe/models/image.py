@@ -176,6 +176,6 @@ def _cnn(cfg, inputs) -> keras.Model:
     return build_cnn(cfg, inputs.num_classes)
 
 
-@register("resnet")
+@register("resnet", normalized=True)
 def _resnet(cfg, inputs) -> keras.Model:
     return build_resnet(cfg, inputs.num_classes, inputs.normalization)

@@ -41,17 +41,22 @@ class ModelInputs:
 class Entry:
     build: Builder
     fit: Optional[Fitter] = None
+    normalized: bool = (
+        False  # builds on the manifest's normalisation statistics (prepare writes them for images)
+    )
 
 
 ENTRIES: dict = {}  # model.name -> Entry, filled by the model modules as they are imported
 
 
-def register(*names: str, fit: Optional[Fitter] = None) -> Callable[[Builder], Builder]:
-    """Decorator: the builder (and its `fit`) under each of `names`."""
+def register(
+    *names: str, fit: Optional[Fitter] = None, normalized: bool = False
+) -> Callable[[Builder], Builder]:
+    """Decorator: the builder (and its `fit`) under each of `names`; `normalized`: it needs ModelInputs.normalization."""
 
     def _register(build: Builder) -> Builder:
         for name in names:
-            ENTRIES[name] = Entry(build, fit)
+            ENTRIES[name] = Entry(build, fit, normalized)
         return build
 
     return _register

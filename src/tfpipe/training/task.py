@@ -15,7 +15,13 @@ import tensorflow as tf
 from tfpipe import data, textnorm
 from tfpipe.data.inputs import shard_by_file
 from tfpipe.errors import DataError
-from tfpipe.models import build_model, export_saved_model, fit_to_train_split, make_text_vectorizer
+from tfpipe.models import (
+    build_model,
+    export_saved_model,
+    fit_to_train_split,
+    make_text_vectorizer,
+    model_entry,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +70,7 @@ def read_input_spec(cfg, manifest: dict, prepared_dir: Path) -> InputSpec:
     if modality == "image":
         spec.image_shape = _image_shape(cfg, manifest, prepared_dir)
         spec.normalization = manifest.get("normalization")
-        if cfg.model.name in ("resnet", "airbench") and not spec.normalization:
+        if model_entry(cfg.model).normalized and not spec.normalization:
             raise DataError(
                 f"{prepared_dir}: the manifest has no normalisation statistics (prepared by an older tfpipe), "
                 f"which model {cfg.model.name} needs; run prepare again"
