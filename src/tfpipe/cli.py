@@ -7,6 +7,7 @@ errors and exit codes as `python -m pipeline.<name>`:
     tfpipe promote RUN_ID [--alias champion] [--force]
     tfpipe tune NAME [--storage URL] [--study NAME] [OVERRIDE ...]
     tfpipe predict MODEL_URI INPUT_DIR [--out predictions.csv] [--tracking-uri URI]
+    tfpipe serve MODEL_URI [--port 5000] [--host 127.0.0.1]   (checked first, then `mlflow models serve`)
     tfpipe sweep [--multirun] [OVERRIDE ...]   (Hydra's own command line, as `python -m pipeline.sweep`)
     tfpipe init DIR [--model NAME]             (a new project of your own that uses the installed tfpipe)
 """
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-USAGE = "usage: tfpipe {prepare,train,evaluate,run-all,launch,audit,compare,promote,tune,predict,sweep,init} [ARGS ...] (tfpipe SUBCOMMAND --help)"
+USAGE = "usage: tfpipe {prepare,train,evaluate,run-all,launch,audit,compare,promote,tune,predict,serve,sweep,init} [ARGS ...] (tfpipe SUBCOMMAND --help)"
 
 
 def _stages() -> Dict[str, Tuple[Callable, str]]:
@@ -61,6 +62,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         from tfpipe import predict
 
         sys.exit(predict.main(rest, prog="tfpipe predict"))
+    if name == "serve":
+        from tfpipe import serve_cli
+
+        sys.exit(serve_cli.main(rest, prog="tfpipe serve"))
     if name == "sweep":
         sweep(rest)
     if name == "init":

@@ -23,8 +23,9 @@ class LoadedModel:
     source: dict  # what the URI named: source_run, source_model
 
 
-def load(spec: str, tracking_uri: str, dest: Path) -> LoadedModel:
-    """Download (URIs) and load the model; one-line UserError when it is not found or not a tfpipe model."""
+def fetch(spec: str, tracking_uri: str, dest: Path) -> tuple[Path, dict]:
+    """The model's folder (downloaded into `dest` for a URI) and what the URI named, checked before any of its
+    code can run (verify_code; for a URI also the digest its run recorded); one-line UserError otherwise."""
     if model_uri.is_model_uri(spec):
         local, source = model_uri.download(spec, tracking_uri, dest, KEY)
     elif (Path(spec) / "MLmodel").is_file():
@@ -34,6 +35,12 @@ def load(spec: str, tracking_uri: str, dest: Path) -> LoadedModel:
             f"{KEY}={spec!r}: not a runs:/ or models:/ URI, nor a folder holding an MLflow model (its MLmodel file)"
         )
     verify_code(Path(local), spec)
+    return Path(local), source
+
+
+def load(spec: str, tracking_uri: str, dest: Path) -> LoadedModel:
+    """Download (URIs) and load the model; one-line UserError when it is not found or not a tfpipe model."""
+    local, source = fetch(spec, tracking_uri, dest)
     import mlflow.pyfunc
 
     try:

@@ -1,0 +1,98 @@
+"""`tfpipe serve MODEL_URI`: the model is checked as batch prediction checks it before any server starts (a model
+changed in the store is one line, exit 2), then a real `mlflow models serve` answers on the checked copy, and a
+stop (SIGTERM, as a cluster manager sends) ends the server and removes the copy."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import IMAGE_CLASSES
+from test_predict import _image_model
+from test_registry import post_when_up
+from test_tracking import _free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # starts processes
+
+
+@pytest.fixture
+def logged(tmp_path, monkeypatch):
+    """(project, run id) of a SQLite store holding one logged image model, and the stored SavedModel folder."""
+    from mlflow import MlflowClient
+
+    from tfpipe import config, files, tracking
+
+    project = tmp_path / "project"
+    uri = f"sqlite:///{project / 'mlflow.db'}"
+    _image_model(project / "image")
+    files.seal(project / "image")
+    cfg = config.compose(["experiment=smoke", f"tracking.uri={uri}"], config_dir=ROOT / "conf")
+    monkeypatch.chdir(project)
+    with tracking.start_run(cfg, project, stage="train") as run:
+        run.log_model(
+            project / "image", modality="image", input_example=None, class_names=list(IMAGE_CLASSES)
+        )
+    client = MlflowClient(uri)
+    model_id = client.get_run(run.run_id).data.tags["model_uri"].removeprefix("models:/")
+    stored = Path(client.get_logged_model(model_id).artifact_location.removeprefix("file://"))
+    (saved,) = [p.parent for p in stored.rglob(files.SEAL)]
+    return project, run.run_id, saved
+
+
+def _serve(project: Path, spec: str, port: int, temp: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        MLFLOW_TRACKING_URI=f"sqlite:///{project / 'mlflow.db'}",
+        TMPDIR=str(temp),
+    )
+    cmd = [sys.executable, "-m", "tfpipe", "serve", spec, "--port", str(port)]
+    return subprocess.Popen(
+        cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def test_a_checked_model_is_served_and_a_stop_ends_the_server_and_removes_the_copy(logged, tmp_path):
+    project, run_id, _ = logged
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    port = _free_port()
+    proc = _serve(project, f"runs:/{run_id}/model", port, temp)
+    try:
+        image = np.zeros((1, 8, 8, 3), np.uint8)
+        image[..., 2] = 255  # the test model's colour: red
+        (answer,) = post_when_up(proc, port, {"inputs": image.tolist()})
+        assert sorted(answer) == sorted(["class", *IMAGE_CLASSES]) and answer["class"] == "red", answer
+        assert [p.name for p in temp.iterdir()][0].startswith("tfpipe-serve-")  # the checked copy is served
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert f"serve: runs:/{run_id}/model checked; serving it at http://127.0.0.1:{port}/invocations" in out
+    assert not [p for p in temp.iterdir() if p.name.startswith("tfpipe-serve-")], "the copy stayed"
+
+
+def test_a_model_changed_in_the_store_is_refused_before_any_server_starts(logged, tmp_path):
+    from tfpipe import files
+
+    project, run_id, saved = logged
+    weights = next(saved.rglob("*.data-*"))
+    weights.write_bytes(weights.read_bytes()[::-1])
+    files.seal(saved)  # whole against its own seal: only the run's recorded digest tells
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    proc = _serve(project, f"runs:/{run_id}/model", _free_port(), temp)
+    out, _ = proc.communicate(timeout=120)
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, out
+    assert (
+        lines[0].startswith("serve: error: MODEL_URI=") and f"is not the one run {run_id} logged" in lines[0]
+    )
+    assert not list(temp.iterdir())
