@@ -26,6 +26,7 @@ def _run(args, cwd=ROOT):
         ("pipeline.launch", "launch", ["strategy=mirrored"]),
         ("pipeline.promote", "promote", ["abc", "--alias", "a b"]),
         ("pipeline.predict", "predict", ["no/such/model", "."]),
+        ("pipeline.serve", "serve", ["no/such/model"]),
     ],
 )
 @pytest.mark.slow
