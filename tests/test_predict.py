@@ -283,6 +283,29 @@ def test_a_model_changed_in_the_store_is_refused_before_its_code_runs(
     assert not marker.exists() and not (tmp_path / "p.csv").exists()
 
 
+def log_image_model(project: Path, monkeypatch) -> tuple[str, Path]:
+    """A SQLite store in `project` holding one logged image model (from project/image): (its run id, the SavedModel
+    folder as the store holds it)."""
+    from mlflow import MlflowClient
+
+    from tfpipe import config, files, tracking
+
+    uri = f"sqlite:///{project / 'mlflow.db'}"
+    _image_model(project / "image")
+    files.seal(project / "image")
+    cfg = config.compose(["experiment=smoke", f"tracking.uri={uri}"], config_dir=ROOT / "conf")
+    monkeypatch.chdir(project)
+    with tracking.start_run(cfg, project, stage="train") as run:
+        run.log_model(
+            project / "image", modality="image", input_example=None, class_names=list(IMAGE_CLASSES)
+        )
+    client = MlflowClient(uri)
+    model_id = client.get_run(run.run_id).data.tags["model_uri"].removeprefix("models:/")
+    stored = Path(client.get_logged_model(model_id).artifact_location.removeprefix("file://"))
+    (saved,) = [p.parent for p in stored.rglob(files.SEAL)]
+    return run.run_id, saved
+
+
 def test_a_saved_model_replaced_whole_in_the_store_is_refused_by_the_digest_its_run_recorded(
     image_dir, tmp_path, monkeypatch, capsys
 ):
@@ -295,38 +318,28 @@ def test_a_saved_model_replaced_whole_in_the_store_is_refused_by_the_digest_its_
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from tfpipe import config, files, tracking
+    from tfpipe import files
     from tfpipe.tracking import model_uri
 
     project = tmp_path / "project"
     uri = f"sqlite:///{project / 'mlflow.db'}"
-    _image_model(project / "image")
-    files.seal(project / "image")
+    run_id, saved = log_image_model(project, monkeypatch)
     seal = json.loads((project / "image" / files.SEAL).read_text())["files"]
     digest = hashlib.sha256(json.dumps(seal, sort_keys=True).encode()).hexdigest()  # the seal's list, by hand
-    cfg = config.compose(["experiment=smoke", f"tracking.uri={uri}"], config_dir=ROOT / "conf")
-    monkeypatch.chdir(project)
-    with tracking.start_run(cfg, project, stage="train") as run:
-        run.log_model(
-            project / "image", modality="image", input_example=None, class_names=list(IMAGE_CLASSES)
-        )
     client = MlflowClient(uri)
-    assert client.get_run(run.run_id).data.params[model_uri.DIGEST_PARAM] == digest
+    assert client.get_run(run_id).data.params[model_uri.DIGEST_PARAM] == digest
     with pytest.raises(MlflowException):  # what the check rests on: nobody can change it afterwards
-        client.log_param(run.run_id, model_uri.DIGEST_PARAM, "0" * 64)
+        client.log_param(run_id, model_uri.DIGEST_PARAM, "0" * 64)
 
-    model_id = client.get_run(run.run_id).data.tags["model_uri"].removeprefix("models:/")
-    stored = Path(client.get_logged_model(model_id).artifact_location.removeprefix("file://"))
-    (saved,) = [p.parent for p in stored.rglob(files.SEAL)]
     weights = next(saved.rglob("*.data-*"))
     weights.write_bytes(weights.read_bytes()[::-1])
     files.seal(saved)  # the replacement is whole against its own seal
     capsys.readouterr()
-    spec = f"runs:/{run.run_id}/model"
+    spec = f"runs:/{run_id}/model"
     out = tmp_path / "p.csv"
     assert _predict(project, monkeypatch, spec, str(image_dir / "test"), "--out", str(out)) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"is not the one run {run.run_id} logged" in err[0], err
+    assert len(err) == 1 and f"is not the one run {run_id} logged" in err[0], err
     assert not out.exists()
     with pytest.raises(Exception, match="is not the one run"):  # a warm start from it
         model_uri.download(spec, uri, tmp_path / "init", "train.init_from")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import IMAGE_CLASSES
-from test_predict import _image_model
+from test_predict import log_image_model
 from test_registry import post_when_up
 from test_tracking import _free_port
 
@@ -23,26 +23,10 @@ pytestmark = pytest.mark.slow  # starts processes
 
 @pytest.fixture
 def logged(tmp_path, monkeypatch):
-    """(project, run id) of a SQLite store holding one logged image model, and the stored SavedModel folder."""
-    from mlflow import MlflowClient
-
-    from tfpipe import config, files, tracking
-
+    """(project, run id, the stored SavedModel folder) of a SQLite store holding one logged image model."""
     project = tmp_path / "project"
-    uri = f"sqlite:///{project / 'mlflow.db'}"
-    _image_model(project / "image")
-    files.seal(project / "image")
-    cfg = config.compose(["experiment=smoke", f"tracking.uri={uri}"], config_dir=ROOT / "conf")
-    monkeypatch.chdir(project)
-    with tracking.start_run(cfg, project, stage="train") as run:
-        run.log_model(
-            project / "image", modality="image", input_example=None, class_names=list(IMAGE_CLASSES)
-        )
-    client = MlflowClient(uri)
-    model_id = client.get_run(run.run_id).data.tags["model_uri"].removeprefix("models:/")
-    stored = Path(client.get_logged_model(model_id).artifact_location.removeprefix("file://"))
-    (saved,) = [p.parent for p in stored.rglob(files.SEAL)]
-    return project, run.run_id, saved
+    run_id, saved = log_image_model(project, monkeypatch)
+    return project, run_id, saved
 
 
 def _serve(project: Path, spec: str, port: int, temp: Path) -> subprocess.Popen:
