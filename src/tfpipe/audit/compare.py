@@ -17,9 +17,8 @@ def compare_runs(a: dict, b: dict) -> list:
     rows = []
     for key in sorted(set(a["params"]) | set(b["params"])):
         if a["params"].get(key) != b["params"].get(key):
-            section = (
-                "training" if key == MODEL_DIGEST else "config"
-            )  # the logged SavedModel's, not a setting
+            # the logged SavedModel's digest is the training's outcome, not a setting
+            section = "training" if key == MODEL_DIGEST else "config"
             rows.append((section, key, a["params"].get(key), b["params"].get(key)))
     sections = (
         ("code", ("git.",)),

@@ -41,9 +41,8 @@ class ModelInputs:
 class Entry:
     build: Builder
     fit: Optional[Fitter] = None
-    normalized: bool = (
-        False  # builds on the manifest's normalisation statistics (prepare writes them for images)
-    )
+    # builds on the manifest's normalisation statistics (prepare writes them for images)
+    normalized: bool = False
 
 
 ENTRIES: dict = {}  # model.name -> Entry, filled by the model modules as they are imported
