@@ -1,10 +1,11 @@
 """A real, throwaway single-host Slurm cluster (Debian's slurm-wlm + munge: its own munge key and socket, slurm.conf,
 state and spool folders, slurmctld and slurmd on free loopback ports; torn down afterwards). The rendered
-`deploy/slurm` script is submitted with `sbatch`: 2 tasks of multi_worker_mirrored train tiny data to one MLflow
-run, and `scontrol show job` reports COMPLETED; a failing task fails the job with its exit code."""
+`deploy/slurm` script is submitted with `sbatch`: 2 tasks of multi_worker_mirrored train a team's own model on tiny
+data to one MLflow run, and `scontrol show job` reports COMPLETED; a failing task fails the job with its exit code."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -164,13 +165,25 @@ def _submit(env: dict, project: Path, overrides: list) -> dict:
     return job
 
 
-def test_sbatch_multi_worker_job_trains_to_one_complete_run(slurm, prepared_image, tmp_path):
+def test_sbatch_multi_worker_job_trains_a_team_model_to_one_complete_run(
+    slurm, prepared_image, tmp_path, monkeypatch
+):
+    """The team's own model (a module in the project folder and its conf file, as issue 34 has it): the job's tasks
+    run `python -m tfpipe train` in the submit folder, which imports it."""
     from mlflow import MlflowClient
+    from test_own_model_tools import TEAM_CONF, TEAM_MODULE, _params
 
     project = tmp_path / "project"
     shutil.copytree(ROOT / "conf", project / "conf")
+    (project / "team_models.py").write_text(TEAM_MODULE)
+    (project / "conf" / "model" / "team.yaml").write_text(TEAM_CONF)
+    monkeypatch.chdir(
+        project
+    )  # the render checks the overrides against the project's conf/, as a user renders
     db = project / "mlflow.db"
-    overrides = [*TINY, f"data.output_dir={prepared_image.prepared_dir}", f"tracking.uri=sqlite:///{db}"]
+    model = ["model=team", "model.params.units=5"]
+    overrides = [*(o for o in TINY if not o.startswith("model.")), *model]
+    overrides += [f"data.output_dir={prepared_image.prepared_dir}", f"tracking.uri=sqlite:///{db}"]
     job = _submit(slurm, project, overrides)
     assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", (job, job["log"][-3000:])
     client = MlflowClient(tracking_uri=f"sqlite:///{db}")
@@ -181,6 +194,8 @@ def test_sbatch_multi_worker_job_trains_to_one_complete_run(slurm, prepared_imag
     assert run.data.tags["strategy.worker_count"] == "2" and run.data.tags["replicas"] == "2"
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "val_loss")) == [0, 1]
     assert (project / "models" / "cifar10" / "weights.sha256").is_file()
+    assert run.data.params["model.builder"] == "team_models:build"
+    assert json.loads((project / "metrics" / "train.json").read_text())["num_params"] == _params(5)
 
 
 def test_a_failing_task_fails_the_job_with_its_exit_code(slurm, prepared_image, tmp_path):
