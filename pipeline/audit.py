@@ -11,7 +11,7 @@ Exit codes: 0 all match / reproduced (or within tolerance), 1 differs, 2 bad inp
 
 import sys
 
-from tfpipe.audit_cli import audit_main as main
+from tfpipe.commands.audit import audit_main as main
 
 __all__ = ["main"]
 

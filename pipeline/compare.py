@@ -8,7 +8,7 @@ metrics (timing metrics excluded), side by side. Exit codes: 0 no differences, 1
 
 import sys
 
-from tfpipe.audit_cli import compare_main as main
+from tfpipe.commands.audit import compare_main as main
 
 __all__ = ["main"]
 

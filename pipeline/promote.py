@@ -6,7 +6,7 @@ model worse than the alias's current one unless --force. Exit codes: 0 promoted,
 
 import sys
 
-from tfpipe.promote_cli import main
+from tfpipe.commands.promote import main
 
 __all__ = ["main"]
 

@@ -1,9 +1,9 @@
 """Serving: `python -m pipeline.serve MODEL_URI [--port 5000]` checks a logged model as batch prediction does, then
-serves it with `mlflow models serve`; see `tfpipe.serve_cli`."""
+serves it with `mlflow models serve`; see `tfpipe.commands.serve`."""
 
 import sys
 
-from tfpipe.serve_cli import main
+from tfpipe.commands.serve import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -300,7 +300,7 @@ def test_compare_lists_the_data_report_differences_of_two_runs(logged_runs, tmp_
 
 @pytest.mark.slow  # shares the three logged runs with the compare test
 def test_audit_against_lists_the_data_report_rows_compare_lists(capsys, logged_runs, tmp_path, monkeypatch):
-    from tfpipe.audit_cli import audit_main, compare_main
+    from tfpipe.commands.audit import audit_main, compare_main
 
     uri, run_a, run_b, run_c = logged_runs
     monkeypatch.chdir(tmp_path)  # no params.yaml, no git: the check's items are n/a, the audit passes

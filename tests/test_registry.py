@@ -145,13 +145,13 @@ def _promote(project: Path, *args: str) -> subprocess.CompletedProcess:
 
 def _promote_here(project: Path, capsys, *args: str) -> subprocess.CompletedProcess:
     """`main` of `python -m pipeline.promote` in this process (the subprocess path is run once, above)."""
-    from tfpipe import promote_cli
+    from tfpipe.commands import promote
 
     capsys.readouterr()
     cwd = os.getcwd()
     os.chdir(project)
     try:
-        code = promote_cli.main([*args, "--tracking-uri", _uri(project)])
+        code = promote.main([*args, "--tracking-uri", _uri(project)])
     except SystemExit as exc:
         code = exc.code
     finally:

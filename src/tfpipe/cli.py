@@ -47,13 +47,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         sys.exit(2 if not argv else 0)
     name, rest = argv[0], argv[1:]
     if name in ("audit", "compare"):
-        from tfpipe import audit_cli
+        from tfpipe.commands import audit as audit_command
 
-        sys.exit(audit_cli.main(name, rest))
+        sys.exit(audit_command.main(name, rest))
     if name == "promote":
-        from tfpipe import promote_cli
+        from tfpipe.commands import promote
 
-        sys.exit(promote_cli.main(rest, prog="tfpipe promote"))
+        sys.exit(promote.main(rest, prog="tfpipe promote"))
     if name == "tune":
         from tfpipe import tuning
 
@@ -63,9 +63,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
         sys.exit(predict.main(rest, prog="tfpipe predict"))
     if name == "serve":
-        from tfpipe import serve_cli
+        from tfpipe.commands import serve
 
-        sys.exit(serve_cli.main(rest, prog="tfpipe serve"))
+        sys.exit(serve.main(rest, prog="tfpipe serve"))
     if name == "sweep":
         sweep(rest)
     if name == "init":
