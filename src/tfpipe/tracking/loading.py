@@ -35,6 +35,10 @@ def fetch(spec: str, tracking_uri: str, dest: Path) -> tuple[Path, dict]:
             f"{KEY}={spec!r}: not a runs:/ or models:/ URI, nor a folder holding an MLflow model (its MLmodel file)"
         )
     verify_code(Path(local), spec)
+    if not source:  # a local folder; a downloaded model was checked by model_uri.download
+        why = model_uri.check_sealed(Path(local))
+        if why:
+            raise UserError(f"{KEY}={spec!r}: {why}; log the model again (the train stage)")
     return Path(local), source
 
 
@@ -69,13 +73,11 @@ SHIPPED_SERVING_CODE = frozenset(
 
 def verify_code(local: Path, spec: str) -> None:
     """Loading a logged model runs the code it names (MLmodel's python_function flavor): only tfpipe's own
-    serving_model.py, as shipped, with the SavedModel whole against its seal, is loaded. Checked here, by the
+    serving_model.py, as shipped, naming a SavedModel inside the folder, is loaded (fetch checks the seal). By the
     installed tfpipe, before MLflow imports anything from the model folder (whose seal check could be edited)."""
     import hashlib
 
     import yaml
-
-    from tfpipe import files
 
     def refuse(why: str) -> UserError:
         return UserError(f"{KEY}={spec!r}: {why}; refused: loading it would run that code as you")
@@ -92,13 +94,8 @@ def verify_code(local: Path, spec: str) -> None:
         raise refuse("its model code is not serving_model.py")
     if hashlib.sha256(code.read_bytes()).hexdigest()[:16] not in SHIPPED_SERVING_CODE:
         raise refuse("its serving_model.py is not one tfpipe shipped (changed in the store?)")
-    saved = ((flavor.get("artifacts") or {}).get("saved_model") or {}).get("path") or ""
-    folder = (local / str(saved)).resolve()
-    if not saved or not folder.is_relative_to(local.resolve()):
+    if model_uri.saved_model_folder(local) is None:
         raise refuse("its MLmodel names no SavedModel inside the model folder")
-    why = files.check_seal(folder)
-    if why:
-        raise UserError(f"{KEY}={spec!r}: {why}; log the model again (the train stage)")
 
 
 def _takes(model, spec: str) -> tuple[str, Optional[tuple]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from tfpipe import files
 from tfpipe.errors import TrackingError, UserError, one_line
 from tfpipe.tracking import backend
 from tfpipe.tracking.secrets import redact_url
@@ -43,25 +44,23 @@ def download(spec: str, uri: str, dest: Path, key: str) -> tuple[Path, dict]:
 
 def check_recorded_digest(client: MlflowClient, run_id: str, local: Path, spec: str, key: str) -> None:
     """The downloaded SavedModel is the one run `run_id` logged: whole against its seal, and the seal's digest the
-    run's DIGEST_PARAM. A model logged before tfpipe recorded it is loaded with a warning."""
-    from tfpipe import files
-
+    run's DIGEST_PARAM. A model logged before tfpipe recorded the digest is checked against its seal only."""
+    why = check_sealed(local)
     recorded = client.get_run(run_id).data.params.get(DIGEST_PARAM)
-    if recorded is None:
+    if why is None and recorded is None:
         log.warning(
-            "%s=%r: run %s records no %s (logged by an older tfpipe): not checked",
-            key,
-            spec,
-            run_id,
-            DIGEST_PARAM,
+            "%s=%r: run %s records no %s (logged by an older tfpipe)", key, spec, run_id, DIGEST_PARAM
         )
-        return
-    saved = saved_model_folder(local)
-    why = files.check_seal(saved) if saved else "its MLmodel names no SavedModel inside the model folder"
-    if why is None and files.seal_digest(saved) != recorded:
+    elif why is None and files.seal_digest(saved_model_folder(local)) != recorded:
         why = f"its SavedModel is not the one run {run_id} logged ({DIGEST_PARAM} {recorded[:12]}...)"
     if why:
         raise UserError(f"{key}={spec!r}: {why}; refused: changed in the store since it was logged")
+
+
+def check_sealed(local: Path) -> str | None:
+    """None when the model folder's SavedModel is inside it and whole against its seal, else why not."""
+    saved = saved_model_folder(local)
+    return files.check_seal(saved) if saved else "its MLmodel names no SavedModel inside the model folder"
 
 
 def describe(client: MlflowClient, spec: str, uri: str, key: str) -> dict:
