@@ -167,6 +167,58 @@ def test_flags_with_no_meaning_for_a_stage_answer_in_one_line(capsys, argv, name
     assert len(err) == 1 and names in err[0], err
 
 
+def _command_mains():
+    """Every `tfpipe` subcommand that is not a stage, as (name, main(argv))."""
+    from tfpipe import predict, scaffold, tuning
+    from tfpipe.commands import audit, promote, serve
+
+    return {
+        "audit": audit.audit_main,
+        "compare": audit.compare_main,
+        "promote": promote.main,
+        "predict": predict.main,
+        "serve": serve.main,
+        "init": scaffold.main,
+        "tune": tuning.main,
+    }
+
+
+@pytest.mark.parametrize(
+    "command, argv",
+    [
+        ("serve", ["models:/tfpipe-cifar10@champion", "--cfg", "job"]),
+        ("serve", ["runs:/abc/model", "train.epochs=3"]),
+        ("promote", ["RUN", "--cfg=job"]),
+        ("audit", ["RUN", "--info"]),
+        ("compare", ["A", "B", "-m"]),
+        ("predict", ["models:/m/1", "images", "+train.seed=3"]),
+        ("init", ["team-project", "--hydra-help"]),
+        ("tune", ["team", "--cfg", "job"]),
+    ],
+)
+def test_commands_that_are_not_stages_answer_hydra_habits_in_one_line(capsys, command, argv):
+    """Issue 33, item 4: `tfpipe serve URI --cfg job` and the like answer one line naming the command that prints
+    a config (argparse said "unrecognized arguments"); nothing runs."""
+    token = next(t for t in argv if t.startswith("-") or "=" in t)
+    with pytest.raises(SystemExit) as exit_:
+        _command_mains()[command](argv)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit_.value.code == 2 and len(err) == 1, err
+    assert f": error: {token}: " in err[0] and "tfpipe train --cfg job" in err[0]
+
+
+def test_tune_still_takes_overrides_and_uris_are_not_overrides(capsys):
+    """The check leaves each command's own arguments alone: tune's overrides, a model URI with '@'."""
+    for command, argv in (
+        ("tune", ["team", "train.epochs=1", "--help"]),
+        ("serve", ["models:/m@a", "--help"]),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            _command_mains()[command](argv)
+        assert exit_.value.code == 0
+        assert "usage:" in capsys.readouterr().out
+
+
 def test_hydra_help_run_and_version(capsys):
     code, out, err, ran = _cli(capsys, ["--hydra-help"])
     assert (code, err, ran) == (0, [], False)

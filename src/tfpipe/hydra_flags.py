@@ -6,6 +6,7 @@ config the stage would run with and exits, `--info` the config groups, `--hydra-
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -53,6 +54,38 @@ _NO_HYDRA_CONFIG = (  # --cfg hydra|all, as a YAML comment so the output still p
     "launcher or sweeper applies); the job config: --cfg job; the sweep app's: tfpipe sweep --cfg hydra\n"
 )
 _ABSENT = object()
+
+
+# Hydra's flags as its own parser declares them, long and short (--help and --version excepted: every command has
+# its own), and Hydra's override forms KEY=VALUE, +KEY=VALUE, ++KEY=VALUE, ~KEY
+_HYDRA_FLAG = re.compile(
+    r"^(--(cfg|resolve|package|info|hydra-help|run|multirun|shell-completion|config-path|config-name|config-dir"
+    r"|experimental-rerun)(=.*)?|-(c|p|i|r|m|sc|cp|cn|cd))$"
+)
+_OVERRIDE = re.compile(r"^(\+{0,2}[A-Za-z_][\w.@/-]*=|~[A-Za-z_])")
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of a command that is not a stage (audit, compare, promote, predict, serve, init, tune): Hydra's
+    flags, and overrides where the command takes none, answer in one line naming what does; exit 2."""
+
+    def __init__(self, *args, does: str, takes_overrides: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._does, self._takes_overrides = does, takes_overrides
+
+    def parse_known_args(self, args=None, namespace=None):
+        for token in sys.argv[1:] if args is None else args:
+            if token == "--":
+                break
+            if _HYDRA_FLAG.match(token) or (not self._takes_overrides and _OVERRIDE.match(token)):
+                what = "Hydra's flags" + ("" if self._takes_overrides else " or its overrides")
+                self.exit(
+                    EXIT_BAD_INPUT,
+                    f"{self.prog}: error: {token}: {self.prog} {self._does} and takes none of {what}; the config a "
+                    "training would run with: tfpipe train --cfg job [KEY=VALUE ...]; a recorded run's: its "
+                    "params (mlflow ui, tfpipe compare RUN_A RUN_B)\n",
+                )
+        return super().parse_known_args(args, namespace)
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:

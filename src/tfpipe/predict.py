@@ -8,7 +8,6 @@ Exit codes: 0 written, 2 bad input (one line, nothing written)."""
 
 from __future__ import annotations
 
-import argparse
 import csv
 import os
 import sys
@@ -23,6 +22,7 @@ from tfpipe.data.decode import Refused, decode_image_file, decode_text_file
 from tfpipe.data.sources import IMAGE_EXTENSIONS, TEXT_EXTENSIONS
 from tfpipe.errors import USER_ERRORS, UserError, one_line
 from tfpipe.files import atomic_open
+from tfpipe.hydra_flags import CommandParser
 
 os.environ.setdefault(
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"
@@ -35,7 +35,7 @@ LIMITS = (
 
 
 def main(argv=None, prog: str = "python -m pipeline.predict") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=DOC)
+    parser = CommandParser(prog=prog, description=DOC, does="scores a folder with a logged model")
     parser.add_argument(
         "model_uri", help="runs:/RUN_ID/model, models:/NAME@ALIAS, models:/NAME/VERSION or a folder"
     )

@@ -25,6 +25,8 @@ import os
 import sys
 from pathlib import Path
 
+from tfpipe.hydra_flags import CommandParser
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
@@ -41,7 +43,7 @@ def main(name: str, argv) -> int:
 def _audit_parser(prog: str) -> argparse.ArgumentParser:
     from tfpipe.audit import sandbox
 
-    parser = argparse.ArgumentParser(prog=prog, description=AUDIT_DOC)
+    parser = CommandParser(prog=prog, description=AUDIT_DOC, does="checks or re-runs a recorded run")
     parser.add_argument("run_id")
     parser.add_argument("--rerun", action="store_true", help="re-execute the run and compare outcomes")
     parser.add_argument(
@@ -155,7 +157,7 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
 
 
 def compare_main(argv=None, prog: str = "python -m pipeline.compare") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=COMPARE_DOC)
+    parser = CommandParser(prog=prog, description=COMPARE_DOC, does="compares two recorded runs")
     parser.add_argument("run_a")
     parser.add_argument("run_b")
     parser.add_argument(

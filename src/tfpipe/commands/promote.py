@@ -8,10 +8,11 @@ Exit codes: 0 promoted (or already there), 2 bad input or refused (one line on s
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
+
+from tfpipe.hydra_flags import CommandParser
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
@@ -26,7 +27,7 @@ def _tracking_defaults(root: Path):
 
 
 def main(argv=None, prog: str = "python -m pipeline.promote") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=DOC)
+    parser = CommandParser(prog=prog, description=DOC, does="moves a registry alias to a run's model")
     parser.add_argument("run_id")
     parser.add_argument("--alias", default="champion", help="registry alias to move (default: champion)")
     parser.add_argument("--force", action="store_true", help="move it even to a worse model")

@@ -10,7 +10,6 @@ Exit codes: the server's; 2 bad input or a model that fails the checks (one line
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import signal
@@ -19,11 +18,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tfpipe.hydra_flags import CommandParser
+
 DOC = "Check a logged tfpipe model, then serve it with `mlflow models serve` (raw images or texts in, classes out)."
 
 
 def main(argv=None, prog: str = "python -m pipeline.serve") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=DOC)
+    parser = CommandParser(prog=prog, description=DOC, does="serves a logged model")
     parser.add_argument(
         "model_uri", help="runs:/RUN_ID/model, models:/NAME@ALIAS, models:/NAME/VERSION or a folder"
     )

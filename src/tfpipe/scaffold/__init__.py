@@ -13,11 +13,12 @@ names filled in; a template engine (copier, cookiecutter) would add a dependency
 
 from __future__ import annotations
 
-import argparse
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from tfpipe.hydra_flags import CommandParser
 
 TEMPLATE = Path(__file__).resolve().parent / "project"
 # Names the templates cannot carry in this repository: dotfiles would apply here, a dvc.yaml would be read by
@@ -128,7 +129,7 @@ def init_repositories(folder: Path) -> None:
 
 
 def main(argv=None, prog: str = "tfpipe init") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog=prog, description=__doc__.split("\n\n")[0], does="writes a new project")
     parser.add_argument("folder", type=Path, help="where the project goes: a new or empty folder")
     parser.add_argument("--model", default="my_model", help="your model's name (default my_model)")
     args = parser.parse_args(argv)

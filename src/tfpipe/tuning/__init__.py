@@ -19,15 +19,22 @@ from pathlib import Path
 
 from tfpipe.entry import DEBUG_ENV, EXIT_BAD_INPUT
 from tfpipe.errors import one_line
+from tfpipe.hydra_flags import CommandParser
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(CommandParser):
     def error(self, message):  # noqa: D401 - argparse API
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def _parse(argv, prog: str):
-    parser = _Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(
+        prog=prog,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        does="runs a study of whole pipeline runs",
+        takes_overrides=True,
+    )
     parser.add_argument("name", help="the spec conf/tune/NAME.yaml")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every trial")
     parser.add_argument("--storage", help="Optuna storage URL (default: see tfpipe.tuning.study)")
