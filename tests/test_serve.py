@@ -1,6 +1,6 @@
 """`tfpipe serve MODEL_URI`: the model is checked as batch prediction checks it before any server starts (a model
 changed in the store is one line, exit 2), then a real `mlflow models serve` answers on the checked copy, and a
-stop (SIGTERM, as a cluster manager sends) ends the server and removes the copy."""
+stop (SIGTERM, as a cluster manager sends, or Ctrl-C) ends the server, removes the copy and exits 128+N."""
 
 from __future__ import annotations
 
@@ -37,12 +37,20 @@ def _serve(project: Path, spec: str, port: int, temp: Path) -> subprocess.Popen:
         TMPDIR=str(temp),
     )
     cmd = [sys.executable, "-m", "tfpipe", "serve", spec, "--port", str(port)]
-    return subprocess.Popen(
-        cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    return subprocess.Popen(  # its own process group, as a terminal's foreground job
+        cmd,
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
 
 
-def test_a_checked_model_is_served_and_a_stop_ends_the_server_and_removes_the_copy(logged, tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_a_checked_model_is_served_and_a_stop_ends_the_server_and_removes_the_copy(logged, tmp_path, stop):
+    """A cluster manager's SIGTERM reaches the command; Ctrl-C reaches the terminal's whole process group."""
     project, run_id, _ = logged
     temp = tmp_path / "temp"
     temp.mkdir()
@@ -54,13 +62,17 @@ def test_a_checked_model_is_served_and_a_stop_ends_the_server_and_removes_the_co
         (answer,) = post_when_up(proc, port, {"inputs": image.tolist()})
         assert sorted(answer) == sorted(["class", *IMAGE_CLASSES]) and answer["class"] == "red", answer
         assert [p.name for p in temp.iterdir()][0].startswith("tfpipe-serve-")  # the checked copy is served
-        proc.send_signal(signal.SIGTERM)
+        if stop == signal.SIGINT:
+            os.killpg(proc.pid, stop)
+        else:
+            proc.send_signal(stop)
         out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert f"serve: runs:/{run_id}/model checked; serving it at http://127.0.0.1:{port}/invocations" in out
     assert not [p for p in temp.iterdir() if p.name.startswith("tfpipe-serve-")], "the copy stayed"
+    assert proc.returncode == 128 + stop, out  # as the stages exit after a stop
 
 
 def test_a_model_changed_in_the_store_is_refused_before_any_server_starts(logged, tmp_path):

@@ -6,7 +6,7 @@ MLmodel loads tfpipe's shipped serving_model.py, the SavedModel is whole against
 models:/ URI, is the one its run logged), then starts `mlflow models serve` on that checked copy (the current
 environment, `--env-manager local`) and removes the copy when the server stops (Ctrl-C). A local folder (your
 own) is checked and served in place.
-Exit codes: the server's; 2 bad input or a model that fails the checks (one line, no server started)."""
+Exit codes: the server's; 128+N after a stop by signal N (130 Ctrl-C, 143 SIGTERM); 2 bad input or a model that fails the checks (one line, no server started)."""
 
 from __future__ import annotations
 
@@ -56,16 +56,20 @@ def main(argv=None, prog: str = "python -m pipeline.serve") -> int:
 
 
 def _serve(folder: Path, host: str, port: int) -> int:
+    """Run the server until it ends; a stop by signal N (SIGTERM; Ctrl-C's SIGINT) exits 128+N, as the stages do."""
     cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(folder), "--env-manager", "local"]
     server = subprocess.Popen([*cmd, "--host", host, "--port", str(port)])
+    stopped = []
     # A stop (SIGTERM) is passed to the server; Ctrl-C reaches it too (same process group): either way the server
     # stops first, then main removes the checked copy.
-    signal.signal(signal.SIGTERM, lambda signum, _: server.send_signal(signum))
+    signal.signal(signal.SIGTERM, lambda signum, _: (stopped.append(signum), server.send_signal(signum)))
     try:
-        return server.wait()
+        code = server.wait()
     except KeyboardInterrupt:
+        stopped.append(signal.SIGINT)
         try:
-            return server.wait(timeout=30)
+            server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
-            return server.wait()
+            server.wait()
+    return 128 + stopped[0] if stopped else code
