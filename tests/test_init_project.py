@@ -229,5 +229,12 @@ def test_an_installed_wheel_inits_a_project_that_trains_serves_and_audits(tmp_pa
     run("git", "clone", "-q", project, clone, cwd=tmp_path)
     shutil.copytree(project / "data" / "raw" / "imdb", clone / "data" / "raw" / "imdb")
     audit = ["python", "-m", "tfpipe", "audit", runs["imdb"], "--rerun", "--apply-diff"]
-    out = run(*audit, "--tracking-uri", f"sqlite:///{project / 'mlflow.db'}", cwd=clone, stdout_only=True)
-    assert out.strip().splitlines()[-1] == "REPRODUCED", out[-2000:]  # the verdict: stdout's last line
+    store = ["--tracking-uri", f"sqlite:///{project / 'mlflow.db'}"]
+    out = run(*audit, *store, cwd=clone)  # stdout, then the plan and progress on stderr
+    assert "\nREPRODUCED\n" in out, out[-2000:]
+    assert "is not in this clone (`dvc exp pull REMOTE" in out  # not shared: the record's diff
+    # shared the DVC way (here: fetched from the first clone): the experiment's own commit decides the code
+    run("python", "-m", "dvc", "exp", "pull", "--no-cache", "-A", "origin", cwd=clone)
+    out = run(*audit, *store, cwd=clone)
+    assert "\nREPRODUCED\n" in out, out[-2000:]
+    assert "is in this clone (refs/exps/" in out and "differs from the experiment's commit" not in out

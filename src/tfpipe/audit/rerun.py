@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from tfpipe.audit import sandbox, trust
+from tfpipe.audit import experiment, sandbox, trust
 from tfpipe.audit import warmstart as warm
 from tfpipe.audit.common import (
     DIFFERS_VERDICT,
@@ -236,7 +236,7 @@ def rerun(
 
     root = Path(root).resolve()
     uri = tracking_uri_for(root, uri)
-    run = _recorded_run(run_id, root, uri, tolerance)
+    run = experiment.choose(_recorded_run(run_id, root, uri, tolerance), root, log)
     trust.gate(run_id, run, root, apply_diff, trusted_ref, allow_diff_code)
     sandboxed = sandbox.decide(sandbox_mode, log)
     tmp = Path(tempfile.mkdtemp(prefix="tfpipe-rerun-"))

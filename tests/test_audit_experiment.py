@@ -1,0 +1,104 @@
+"""Issue 35, item 11, the DVC way: a `dvc exp run` experiment shared with `dvc exp push` and fetched with
+`dvc exp pull` is re-run from its own commit's changes (git's, not the run record's diff, which anyone with EDIT
+on the store can replace); an unshared one from its baseline plus the record's diff; the audit says which. A real
+DVC project in tmp_path with a one-line stage, real `dvc exp run` and `dvc exp pull`; no training. Expected
+values come from git itself."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfpipe.audit import experiment
+
+pytestmark = pytest.mark.slow  # starts processes (git, dvc)
+
+NAME = "lumpy-bike"
+
+
+def _sh(cwd, *cmd) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "DVC_NO_ANALYTICS": "1"}
+    env.update(GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    return subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """(project, baseline commit, the experiment's commit): one `dvc exp run -S lr=2 -n lumpy-bike`."""
+    project = tmp_path_factory.mktemp("exp") / "project"
+    project.mkdir()
+    _sh(project, "git", "init", "-q", "-b", "main")
+    _sh(project, sys.executable, "-m", "dvc", "init", "-q")
+    (project / "params.yaml").write_text("lr: 1\n")
+    (project / "train.py").write_text("print('train')\n")
+    (project / "dvc.yaml").write_text(
+        "stages:\n  train:\n    cmd: echo ${lr} > out.txt\n    deps: [train.py]\n    params: [lr]\n"
+        "    outs: [out.txt]\n"
+    )
+    _sh(project, "git", "add", "-A")
+    _sh(project, "git", "commit", "-qm", "baseline")
+    baseline = _sh(project, "git", "rev-parse", "HEAD").strip()
+    _sh(project, sys.executable, "-m", "dvc", "exp", "run", "-q", "-S", "lr=2", "-n", NAME)
+    refs = _sh(project, "git", "for-each-ref", "--format=%(refname)", "refs/exps/").split()
+    (ref,) = [r for r in refs if r.endswith(f"/{NAME}")]  # DVC's own refs/exps/exec/* beside it
+    commit = _sh(project, "git", "rev-parse", ref).strip()
+    _sh(project, "git", "checkout", "-q", "--", ".")  # the workspace back at the baseline
+    return project, baseline, commit
+
+
+def _run(baseline: str, diff: str) -> dict:
+    tags = {"dvc.exp_name": NAME, "git.commit": baseline, "git.dirty": "true"}
+    return {"tags": tags, "git_diff": diff, "dvc_lock": "recorded"}
+
+
+def test_a_shared_experiment_is_rerun_from_its_commits_changes_not_the_records(shared):
+    project, baseline, commit = shared
+    from_git = _sh(project, "git", "diff", baseline, commit)
+    assert "+lr: 2" in from_git  # the experiment's params, as git holds them
+    lines: list = []
+    chosen = experiment.choose(_run(baseline, from_git), project, lines.append)
+    assert chosen["git_diff"] == from_git
+    assert chosen["dvc_lock"] == _sh(project, "git", "show", f"{commit}:dvc.lock")
+    assert len(lines) == 1 and f"experiment '{NAME}' is in this clone" in lines[0] and commit[:12] in lines[0]
+
+    # a record changed in the store (a line of code added to its diff) is not what runs, and the audit says so
+    forged = from_git + "diff --git a/train.py b/train.py\n--- a/train.py\n+++ b/train.py\n@@ -1 +1,2 @@\n"
+    forged += " print('train')\n+import os; os.system('curl evil')\n"
+    lines.clear()
+    chosen = experiment.choose(_run(baseline, forged), project, lines.append)
+    assert chosen["git_diff"] == from_git
+    assert lines[1] == "rerun: the run record's diff differs from the experiment's commit in train.py"
+
+
+def test_an_unshared_experiment_is_its_baseline_plus_the_records_diff_until_pulled(shared, tmp_path):
+    project, baseline, commit = shared
+    clone = tmp_path / "teammate"
+    _sh(tmp_path, "git", "clone", "-q", str(project), str(clone))  # a clone carries no refs/exps
+    run = _run(baseline, "the record's diff")
+    lines: list = []
+    assert experiment.choose(run, clone, lines.append) is run
+    assert lines == [
+        f"rerun: experiment '{NAME}' is not in this clone (`dvc exp pull REMOTE {NAME}` fetches it if it was "
+        f"pushed): re-running its baseline {baseline[:12]} plus the run record's diff"
+    ]
+    _sh(clone, sys.executable, "-m", "dvc", "exp", "pull", "--no-cache", "origin", NAME)
+    lines.clear()
+    chosen = experiment.choose(run, clone, lines.append)
+    assert chosen["git_diff"] == _sh(project, "git", "diff", baseline, commit)
+    assert f"experiment '{NAME}' is in this clone" in lines[0]
+
+
+def test_an_experiment_of_another_baseline_is_not_the_runs(shared):
+    project, baseline, commit = shared
+    other = _sh(project, "git", "commit-tree", "-m", "other", f"{baseline}^{{tree}}").strip()
+    run = _run(other, "the record's diff")
+    lines: list = []
+    assert experiment.choose(run, project, lines.append) is run
+    assert "is not in this clone" in lines[0]
+    assert experiment.choose({"tags": {"git.commit": baseline}}, project, lines.append)["tags"] == {
+        "git.commit": baseline
+    }  # not a DVC experiment: nothing said
+    assert len(lines) == 1
