@@ -13,6 +13,8 @@ import sys
 import pytest
 
 from tfpipe.audit import experiment
+from tfpipe.audit.trust import gate
+from tfpipe.errors import UserError
 
 pytestmark = pytest.mark.slow  # starts processes (git, dvc)
 
@@ -46,6 +48,10 @@ def shared(tmp_path_factory):
     (ref,) = [r for r in refs if r.endswith(f"/{NAME}")]  # DVC's own refs/exps/exec/* beside it
     commit = _sh(project, "git", "rev-parse", ref).strip()
     _sh(project, "git", "checkout", "-q", "--", ".")  # the workspace back at the baseline
+    with (project / "train.py").open("a") as code:  # a second experiment that edits code
+        code.write("print('edited')\n")
+    _sh(project, sys.executable, "-m", "dvc", "exp", "run", "-q", "-n", "code-edit")
+    _sh(project, "git", "checkout", "-q", "--", ".")
     return project, baseline, commit
 
 
@@ -102,3 +108,19 @@ def test_an_experiment_of_another_baseline_is_not_the_runs(shared):
         "git.commit": baseline
     }  # not a DVC experiment: nothing said
     assert len(lines) == 1
+
+
+def test_an_experiment_commit_that_edits_code_needs_allow_diff_code_and_names_the_git_diff(shared):
+    project, baseline, _ = shared
+    run = {
+        **_run(baseline, "the record's diff"),
+        "tags": {**_run(baseline, "")["tags"], "dvc.exp_name": "code-edit"},
+    }
+    chosen = experiment.choose(run, project, lambda line: None)
+    assert "+print('edited')" in chosen["git_diff"]
+    with pytest.raises(UserError) as refused:
+        gate("RUN", chosen, project, True, None)
+    assert "(train.py); read it (`git diff " in str(refused.value) and "--allow-diff-code" in str(
+        refused.value
+    )
+    gate("RUN", chosen, project, True, None, allow_code=True)  # the second flag given: it passes

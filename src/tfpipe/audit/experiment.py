@@ -73,4 +73,10 @@ def choose(run: dict, root: Path, log) -> dict:
     if differing:
         paths = sorted({path for path, _ in differing})
         log(f"rerun: the run record's diff differs from the experiment's commit in {', '.join(paths[:5])}")
-    return {**run, "git_diff": diff, "dvc_lock": lock.stdout if lock.returncode == 0 else run.get("dvc_lock")}
+    recorded_lock = lock.stdout if lock.returncode == 0 else run.get("dvc_lock")
+    return {
+        **run,
+        "git_diff": diff,
+        "dvc_lock": recorded_lock,
+        "diff_source": f"`git diff {baseline[:12]} {commit[:12]}`",
+    }

@@ -128,9 +128,10 @@ def gate(run_id: str, run: dict, root: Path, apply_diff: bool, trusted_ref, allo
     if diff:
         code = [path for path in check_diff(diff, root) if RUNS_AS_CODE.search(path)]
         if code and not allow_code:
+            source = run.get("diff_source", "the run's provenance/git_diff.patch")
             raise UserError(
                 f"run {run_id}: its recorded diff edits code the rerun would execute ({', '.join(code[:5])}); "
-                "read it (the run's provenance/git_diff.patch), then add --allow-diff-code to run it"
+                f"read it ({source}), then add --allow-diff-code to run it"
             )
     ref = trusted_ref or default_ref(root)
     if _git(root, "merge-base", "--is-ancestor", commit, ref).returncode != 0:
