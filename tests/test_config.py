@@ -155,11 +155,10 @@ def test_choice_names_and_registries_agree():
     from tfpipe.data import inputs
 
     assert set(distribute.STRATEGY_BUILDERS) == set(choices.STRATEGIES)
-    assert set(models.ENTRIES) == set(choices.MODELS) == set(MODEL_SCHEMAS) - {schema.CUSTOM_MODEL}
+    assert set(models.ENTRIES) == set(schema.BUILT_IN) == set(MODEL_SCHEMAS) - {schema.CUSTOM_MODEL}
     assert tuple(inputs.SHARD_POLICIES) == choices.SHARD_POLICIES
     assert tuple(textnorm.STANDARDIZERS) == choices.STANDARDIZERS
-    assert set(choices.IMAGE_MODELS) | set(choices.TEXT_MODELS) == set(choices.MODELS)
-    assert {p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")} == set(choices.MODELS)
+    assert {p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")} == set(schema.BUILT_IN)
     assert {p.stem for p in (ROOT / "conf" / "strategy").glob("*.yaml")} == set(choices.STRATEGIES)
 
 

@@ -1,5 +1,5 @@
 """The names config accepts, in one TensorFlow-free module: the config schema checks against these and the
-registries (`distribute.STRATEGY_BUILDERS`, `models.ENTRIES`, `data.inputs.SHARD_POLICIES`,
+registries (`distribute.STRATEGY_BUILDERS`, `data.inputs.SHARD_POLICIES`,
 `textnorm.STANDARDIZERS`) are built from them; tests/test_config.py asserts they agree."""
 
 from __future__ import annotations
@@ -14,11 +14,8 @@ DATASET_NAME_RULE = (
     "letters, digits, '_', '-' and '.', starting with a letter or digit, at most 64 characters"
 )
 MODALITIES = ("image", "text")
-BACKBONES = ("mobilenet_v3_small", "efficientnet_b0")  # keras.applications networks under our classifier head
-IMAGE_MODELS = ("cnn", "resnet", "airbench", *BACKBONES)
+# model names: each built-in model's schema registers its own (tfpipe.config.model_base.built_in)
 PRETRAINED = ("imagenet",)  # model.pretrained of a backbone (null: random initialisation)
-TEXT_MODELS = ("embedding_gap", "ngram_bag", "nbsvm", "nblr")
-MODELS = IMAGE_MODELS + TEXT_MODELS
 STRATEGIES = (
     "one_device",
     "auto",

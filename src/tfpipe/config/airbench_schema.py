@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 from typing import List
 
 from tfpipe.config.checks import non_negative, positive
-from tfpipe.config.model_base import ModelConfig, _filters
+from tfpipe.config.model_base import ModelConfig, _filters, built_in
 from tfpipe.errors import ConfigError
 
 
+@built_in("airbench", modality="image", optional_dense=True)
 @dataclass
 class AirbenchConfig(ModelConfig):
     name: str = "airbench"

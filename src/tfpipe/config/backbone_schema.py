@@ -7,10 +7,11 @@ from typing import Optional
 
 from tfpipe import choices
 from tfpipe.config.checks import choice
-from tfpipe.config.model_base import ModelConfig
+from tfpipe.config.model_base import ModelConfig, built_in
 from tfpipe.errors import ConfigError
 
 
+@built_in("mobilenet_v3_small", "efficientnet_b0", modality="image", optional_dense=True)
 @dataclass
 class BackboneConfig(ModelConfig):
     name: str = "mobilenet_v3_small"

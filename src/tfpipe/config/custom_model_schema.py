@@ -10,8 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
-from tfpipe import choices
-from tfpipe.config.model_base import ModelConfig
+from tfpipe.config.model_base import BUILT_IN, ModelConfig
 from tfpipe.errors import ConfigError
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,39}$")  # it names runs and the registered model
@@ -26,10 +25,10 @@ class CustomModelConfig(ModelConfig):
     fit: Optional[str] = None  # package.module:function(model, batches, num_classes), run before training
 
     def check(self, cfg) -> None:
-        if not _NAME.match(self.name) or self.name in choices.MODELS:
+        if not _NAME.match(self.name) or self.name in BUILT_IN:
             raise ConfigError(
                 f"model.name={self.name!r}: a model with a builder needs its own name: lower-case letters, digits "
-                f"and _, at most 40, not one of the built-in models ({', '.join(choices.MODELS)})"
+                f"and _, at most 40, not one of the built-in models ({', '.join(BUILT_IN)})"
             )
         if not _TARGET.match(self.builder):
             raise ConfigError(

@@ -51,10 +51,9 @@ def _stored(section: str, raw: dict):
         if isinstance(raw, dict) and "builder" in raw:  # a team's own model: its name is theirs
             name = schema.CUSTOM_MODEL
         elif name not in schema.MODEL_SCHEMAS:
-            from tfpipe import choices
             from tfpipe.config.checks import choice
 
-            choice("model.name", name, choices.MODELS)
+            choice("model.name", name, tuple(schema.BUILT_IN))
         path = f"{SCHEMA_GROUP}/model/{name}.yaml"
     else:
         path = f"{SCHEMA_GROUP}/{section}.yaml"

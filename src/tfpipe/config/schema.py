@@ -9,13 +9,11 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from tfpipe import choices
-from tfpipe.config import checks
-from tfpipe.config.airbench_schema import AirbenchConfig
-from tfpipe.config.backbone_schema import BackboneConfig
+from tfpipe.config import airbench_schema, backbone_schema, checks  # noqa: F401 - each registers its models
 from tfpipe.config.checks import choice, device, launcher, non_negative, positive
 from tfpipe.config.custom_model_schema import CustomModelConfig
 from tfpipe.config.data_schema import DataConfig  # noqa: F401 - a section schema, re-exported
-from tfpipe.config.model_base import ModelConfig, _filters  # noqa: F401 - re-exported
+from tfpipe.config.model_base import BUILT_IN, ModelConfig, _filters, built_in  # noqa: F401 - re-exported
 from tfpipe.config.tracking_schema import TrackingConfig  # noqa: F401 - a section schema, re-exported
 from tfpipe.errors import ConfigError
 
@@ -48,6 +46,7 @@ class DatasetConfig:
             choice("dataset.standardize", self.standardize, choices.STANDARDIZERS)
 
 
+@built_in("cnn", modality="image")
 @dataclass
 class CnnConfig(ModelConfig):
     name: str = "cnn"
@@ -58,6 +57,7 @@ class CnnConfig(ModelConfig):
         _filters(self.filters)
 
 
+@built_in("resnet", modality="image", optional_dense=True)
 @dataclass
 class ResnetConfig(ModelConfig):
     name: str = "resnet"
@@ -71,6 +71,7 @@ class ResnetConfig(ModelConfig):
         _filters(self.filters)
 
 
+@built_in("embedding_gap", modality="text")
 @dataclass
 class EmbeddingGapConfig(ModelConfig):
     name: str = "embedding_gap"
@@ -89,6 +90,7 @@ def _ngrams(ngrams: int, hash_buckets: int) -> None:
         positive("model.hash_buckets", hash_buckets)
 
 
+@built_in("ngram_bag", modality="text", optional_dense=True)
 @dataclass
 class NgramBagConfig(ModelConfig):
     name: str = "ngram_bag"
@@ -103,6 +105,7 @@ class NgramBagConfig(ModelConfig):
         _ngrams(self.ngrams, self.hash_buckets)
 
 
+@built_in("nbsvm", modality="text", optional_dense=True)
 @dataclass
 class NbsvmConfig(ModelConfig):
     name: str = "nbsvm"
@@ -117,6 +120,7 @@ class NbsvmConfig(ModelConfig):
         _ngrams(self.ngrams, self.hash_buckets)
 
 
+@built_in("nblr", modality="text", optional_dense=True)
 @dataclass
 class NblrConfig(NbsvmConfig):
     name: str = "nblr"
@@ -134,18 +138,8 @@ class NblrConfig(NbsvmConfig):
             )
 
 
-MODEL_SCHEMAS = {
-    "cnn": CnnConfig,
-    "resnet": ResnetConfig,
-    "embedding_gap": EmbeddingGapConfig,
-    "ngram_bag": NgramBagConfig,
-    "nbsvm": NbsvmConfig,
-    "nblr": NblrConfig,
-}
-MODEL_SCHEMAS.update(dict.fromkeys(choices.BACKBONES, BackboneConfig))
-MODEL_SCHEMAS["airbench"] = AirbenchConfig
 CUSTOM_MODEL = "custom"  # the schema of every model given by model.builder, whatever its name
-MODEL_SCHEMAS[CUSTOM_MODEL] = CustomModelConfig
+MODEL_SCHEMAS = {**BUILT_IN, CUSTOM_MODEL: CustomModelConfig}  # model.name -> schema
 
 
 @dataclass
@@ -207,7 +201,7 @@ def section_schemas(raw: dict) -> dict:
     model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
     name = model.get("name", "cnn")
     if name not in MODEL_SCHEMAS:
-        choice("model.name", name, choices.MODELS)
+        choice("model.name", name, tuple(BUILT_IN))
     return {
         "model": MODEL_SCHEMAS[name],
         "dataset": DatasetConfig,

@@ -54,9 +54,9 @@ def check(folder: Path, model: str) -> None:
             f"--model {model!r}: expected lower-case letters, digits and _, at most 40 (it names runs and the "
             "registered model)"
         )
-    from tfpipe import choices
+    from tfpipe.config.schema import BUILT_IN
 
-    if model in choices.MODELS:
+    if model in BUILT_IN:
         raise InitError(f"--model {model!r}: a built-in model's name; pick your own (e.g. my_model)")
 
 
