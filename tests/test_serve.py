@@ -30,7 +30,8 @@ def logged(tmp_path, monkeypatch):
 
 
 def _serve(project: Path, spec: str, port: int, temp: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    # as a user's shell has it: no MLflow settings, and no TF_CPP_MIN_LOG_LEVEL (the command sets its default)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_") and k != "TF_CPP_MIN_LOG_LEVEL"}
     env.update(
         PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
         MLFLOW_TRACKING_URI=f"sqlite:///{project / 'mlflow.db'}",
@@ -71,6 +72,9 @@ def test_a_checked_model_is_served_and_a_stop_ends_the_server_and_removes_the_co
         if proc.poll() is None:
             proc.kill()
     assert f"serve: runs:/{run_id}/model checked; serving it at http://127.0.0.1:{port}/invocations" in out
+    assert (
+        "cpu_feature_guard" not in out
+    )  # the server's TensorFlow start-up lines stay quiet, as in the stages
     assert not [p for p in temp.iterdir() if p.name.startswith("tfpipe-serve-")], "the copy stayed"
     assert proc.returncode == 128 + stop, out  # as the stages exit after a stop
 

@@ -25,6 +25,8 @@ from tfpipe import hydra_flags
 from tfpipe.errors import USER_ERRORS, one_line
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's C++ start-up chatter out of stage logs
+# MLflow's "Downloading artifacts" bars (log_model reads the logged model back to validate it): not a stage's progress
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 EXIT_BAD_INPUT = hydra_flags.EXIT_BAD_INPUT  # 2
 DEBUG_ENV = "TFPIPE_DEBUG"

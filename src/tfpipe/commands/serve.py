@@ -35,6 +35,9 @@ def main(argv=None, prog: str = "python -m pipeline.serve") -> int:
     )
     args = parser.parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault(
+        "TF_CPP_MIN_LOG_LEVEL", "2"
+    )  # the server's TensorFlow start-up lines, as in the stages
     from tfpipe.audit import tracking_uri_for
     from tfpipe.errors import USER_ERRORS
     from tfpipe.tracking import loading
