@@ -194,3 +194,63 @@ def test_every_pod_runs_unprivileged_as_the_images_user(controller):
     for doc in docs:
         if doc["kind"] in ("Job", "Service", "NetworkPolicy"):
             _validate(doc)
+
+
+TEAM_OVERRIDES = [  # a team's own model (issue 34, item 5), with values a shell or YAML would mangle
+    "model=team",
+    "model.params.units=8",
+    "+model.params.note='two words: and a colon'",
+    "train.hooks=[{_target_: team_hooks.Log}]",
+]
+
+
+@pytest.fixture
+def team_project(tmp_path, monkeypatch):
+    """A project folder holding this repository's conf/ plus a team's conf/model/team.yaml: the renders check
+    overrides against the conf/ of the folder they run in, as every stage does."""
+    import shutil
+    from pathlib import Path
+
+    shutil.copytree(Path(__file__).resolve().parents[1] / "conf", tmp_path / "conf")
+    (tmp_path / "conf" / "model" / "team.yaml").write_text(
+        "name: team\nbuilder: team_models:build\nparams:\n  units: 4\n"
+    )
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("controller", ["job", "tfjob"])
+def test_a_team_models_overrides_reach_every_pod_as_given(team_project, controller):
+    docs = _docs(
+        strategy="multi_worker_mirrored", num_workers=2, controller=controller, overrides=TEAM_OVERRIDES
+    )
+    pods = [d for d in docs if d["kind"] in ("Job", "TFJob")]
+    containers = [
+        c
+        for d in pods
+        for t in (
+            [d["spec"]["template"]]
+            if d["kind"] == "Job"
+            else [r["template"] for r in d["spec"]["tfReplicaSpecs"].values()]
+        )
+        for c in t["spec"]["containers"]
+    ]
+    assert containers and all(c["args"] == TEAM_OVERRIDES for c in containers)
+    for doc in docs:
+        if doc["kind"] != "TFJob":  # not in kubernetes-validate's schemas (a CRD)
+            _validate(doc)
+
+
+def test_a_team_models_overrides_reach_the_ray_jobs_entrypoint_as_given(team_project):
+    import shlex
+
+    from tfpipe.ray_launcher import render_rayjob
+
+    (job,) = [
+        d
+        for d in yaml.safe_load_all(render_rayjob("demo", "IMAGE", overrides=TEAM_OVERRIDES))
+        if d["kind"] == "RayJob"
+    ]
+    words = shlex.split(job["spec"]["entrypoint"])
+    assert (
+        words[:4] == ["python", "-m", "tfpipe", "train"] and words[-len(TEAM_OVERRIDES) :] == TEAM_OVERRIDES
+    )
