@@ -130,10 +130,10 @@ print(json.dumps(rows))
 
 @pytest.mark.slow
 def test_tensorflow_grpc_server_binds_every_interface_whatever_the_cluster_spec_says():
-    """The README's statement, checked on the installed TensorFlow: a task whose cluster address is
+    """The statement in docs/tutorials/cluster.md, checked on the installed TensorFlow: a task whose cluster address is
     127.0.0.1 still listens on the wildcard address (grpc_server_lib.cc binds "0.0.0.0:<port>"). When a
     TensorFlow release binds the given host instead, this fails: then bind the launcher to loopback and
-    update README "Distributed training"."""
+    update docs/tutorials/cluster.md."""
     spec = cluster.local_cluster("multi_worker_mirrored", 1)
     proc = subprocess.run(
         [sys.executable, "-c", _LISTEN, json.dumps(spec)],

@@ -641,8 +641,8 @@ def test_a_teammate_without_a_grant_reads_runs_but_cannot_change_them(
     print(f"carol's run: {refused.value}")
     assert str(refused.value) == (
         f"MLflow on {uri} refused to open a run in experiment {tracking_server['experiment_id']} for user 'carol' "
-        "(HTTP 403: it may only read there); the server's admin grants EDIT on the experiment (README: Auditing a "
-        "teammate's run)"
+        "(HTTP 403: it may only read there); the server's admin grants EDIT on the experiment (docs/tutorials/team.md: "
+        "Auditing a teammate's run)"
     )
     assert not (tmp_path / "run.json").exists()
 

@@ -55,7 +55,7 @@ def _is_loopback(host: str) -> bool:
 
 def local_cluster(strategy: str, num_workers: int, num_ps: int = 0, host: str = "127.0.0.1") -> Cluster:
     """The launcher's cluster: every task on one loopback host (TensorFlow's gRPC server itself still listens
-    on every interface: README "Distributed training")."""
+    on every interface: docs/tutorials/cluster.md)."""
     if not _is_loopback(host):
         raise UserError(f"local cluster host {host!r}: the local launcher uses loopback addresses only")
     if strategy == "multi_worker_mirrored":

@@ -1,6 +1,6 @@
 """Listing a class folder of the directory source without leaving the data root.
 
-Rules (README, "the directory source"):
+Rules (docs/tutorials/first-run.md, "the directory source"):
 - a symlink (to a file or a folder) is followed only when its resolved target is inside the resolved
   data root; a link pointing outside it is refused (a bad file: `data.on_bad_file` fail or skip);
 - each folder is entered at most once per class walk (by (st_dev, st_ino)), so link loops end;

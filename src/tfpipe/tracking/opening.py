@@ -85,7 +85,7 @@ def _start(
             user = os.environ.get("MLFLOW_TRACKING_USERNAME", "?")
             raise TrackingError(
                 f"MLflow on {redact_url(uri)} refused to open {target} for user '{user}' (HTTP 403: it may only "
-                "read there); the server's admin grants EDIT on the experiment (README: Auditing a teammate's run)"
+                "read there); the server's admin grants EDIT on the experiment (docs/tutorials/team.md: Auditing a teammate's run)"
             ) from None
         raise TrackingError(f"MLflow could not open {target} on {redact_url(uri)}: {one_line(exc)}") from None
 
