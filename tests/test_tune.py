@@ -403,9 +403,11 @@ def test_two_tuners_share_one_study(tmp_path, image_dir, text_dir):
     shared.mkdir()
     cmd = [sys.executable, "-m", "pipeline.tune", "smoke", *[o for o in TINY if o != "experiment=smoke"]]
     cmd += ["--storage", f"sqlite:///{shared / 'optuna.db'}"]
+    # Both checkouts made before either tuner starts: the second then joins within its own start-up time, not
+    # after a project's set-up too (under a loaded CI machine the first tuner had taken all four trials by then).
+    checkouts = [_make_project(tmp_path / name, image_dir, text_dir) for name in ("a", "b")]
     procs = []
-    for name in ("a", "b"):
-        project, env = _make_project(tmp_path / name, image_dir, text_dir)
+    for project, env in checkouts:
         env["MLFLOW_TRACKING_URI"] = f"sqlite:///{shared / 'mlflow.db'}"
         procs.append(
             subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
