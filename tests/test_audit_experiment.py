@@ -6,11 +6,10 @@ values come from git itself."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 
 import pytest
+from test_audit_diff_refusals import _sh
 
 from tfpipe.audit import experiment
 from tfpipe.audit.trust import gate
@@ -19,12 +18,6 @@ from tfpipe.errors import UserError
 pytestmark = pytest.mark.slow  # starts processes (git, dvc)
 
 NAME = "lumpy-bike"
-
-
-def _sh(cwd, *cmd) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "DVC_NO_ANALYTICS": "1"}
-    env.update(GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
-    return subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
 
 
 @pytest.fixture(scope="module")
