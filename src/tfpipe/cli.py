@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
+from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
+
 USAGE = "usage: tfpipe {prepare,train,evaluate,run-all,launch,audit,compare,promote,tune,predict,serve,sweep,init} [ARGS ...] (tfpipe SUBCOMMAND --help)"
 
 
@@ -40,12 +42,24 @@ def _stages() -> Dict[str, Tuple[Callable, str]]:
     }
 
 
+STAGES = ("prepare", "train", "evaluate", "run-all", "launch")
+
+
+def _project_on_path() -> None:
+    """The project's own modules (model.builder, train.hooks) import from the working directory, as under
+    `python -m tfpipe` and `python -m pipeline.<stage>`; a console script's sys.path starts at its own folder."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr if not argv else sys.stdout)
-        sys.exit(2 if not argv else 0)
+        sys.exit(EXIT_BAD_INPUT if not argv else EXIT_OK)
     name, rest = argv[0], argv[1:]
+    if name in (*STAGES, "tune", "sweep"):
+        _project_on_path()
     if name in ("audit", "compare"):
         from tfpipe.commands import audit as audit_command
 
@@ -75,7 +89,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     stages = _stages()
     if name not in stages:
         print(f"tfpipe: error: unknown subcommand {name!r}; {USAGE}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_BAD_INPUT)
     from tfpipe.entry import main as entry_main
 
     run, description = stages[name]
@@ -91,7 +105,7 @@ def sweep(argv: Sequence[str]) -> None:
             "(nor python -m); tfpipe sweep --help lists the config groups",
             file=sys.stderr,
         )
-        sys.exit(2)
+        sys.exit(EXIT_BAD_INPUT)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import hydra
 
@@ -105,7 +119,7 @@ def sweep(argv: Sequence[str]) -> None:
     app = hydra.main(config_path=conf_dir, config_name=config.CONFIG_NAME, version_base="1.3")(job)
     sys.argv = [sys.argv[0], *argv]  # Hydra reads its command line there; run_job, the sweep's overrides
     sweeps.run_sweep(app)
-    sys.exit(0)
+    sys.exit(EXIT_OK)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from tfpipe.errors import UserError
+from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
 
 TF_CONFIG = "TF_CONFIG"
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
@@ -262,10 +263,10 @@ def _main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] != "slurm-tf-config":
         print("usage: python -m tfpipe.cluster slurm-tf-config [PORT]", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     port = int(argv[1]) if len(argv) > 1 else 2222
     print(slurm_tf_config(port))
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

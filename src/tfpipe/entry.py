@@ -23,12 +23,12 @@ from typing import Callable, Sequence
 
 from tfpipe import hydra_flags
 from tfpipe.errors import USER_ERRORS, one_line
+from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK, signal_exit  # EXIT_BAD_INPUT: also imported from here
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's C++ start-up chatter out of stage logs
 # MLflow's "Downloading artifacts" bars (log_model reads the logged model back to validate it): not a stage's progress
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
-EXIT_BAD_INPUT = hydra_flags.EXIT_BAD_INPUT  # 2
 DEBUG_ENV = "TFPIPE_DEBUG"
 
 
@@ -192,5 +192,5 @@ def _run_guarded(stage, run, overrides, params_path, root, debug) -> int:
             f"{stage}: interrupted ({exc or 'SIGINT'}); run it again to resume from the last checkpoint",
             file=sys.stderr,
         )
-        return 128 + signum
-    return 0
+        return signal_exit(signum)
+    return EXIT_OK

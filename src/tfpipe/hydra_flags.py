@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 from tfpipe.errors import USER_ERRORS, ConfigError, one_line
-
-EXIT_BAD_INPUT = 2  # tfpipe.entry's too
+from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK  # EXIT_BAD_INPUT: also imported from here
 
 
 def refuse(stage: str, message: str) -> int:
@@ -128,7 +127,7 @@ def answer(stage: str, prog: str, args, overrides: list, root: Path, debug: bool
         return _print_config(stage, args, overrides, root, debug, load_config)
     else:
         return None
-    return 0
+    return EXIT_OK
 
 
 def groups_help(root: Path) -> str:
@@ -178,7 +177,7 @@ def _print_config(stage: str, args, overrides: list, root: Path, debug: bool, lo
             raise
         return refuse(stage, one_line(exc))
     sys.stdout.write(("" if args.cfg == "job" else _NO_HYDRA_CONFIG.format(stage=stage)) + text)
-    return 0
+    return EXIT_OK
 
 
 def _config_yaml(overrides: list, root: Path, args) -> str:

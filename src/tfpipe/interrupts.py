@@ -20,6 +20,8 @@ import sys
 import threading
 from typing import Iterator, Optional
 
+from tfpipe.exits import EXIT_FAILED
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -118,4 +120,4 @@ def die_with_launcher() -> None:
 
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != int(parent):  # the launcher died before the line above took effect
-        os._exit(1)
+        os._exit(EXIT_FAILED)

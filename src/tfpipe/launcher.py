@@ -28,6 +28,7 @@ from typing import List, Optional, Sequence
 
 from tfpipe.choices import MULTI_PROCESS_STRATEGIES
 from tfpipe.errors import ConfigError
+from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_SIGINT, STOP_CODES, signal_exit
 from tfpipe.interrupts import LAUNCHER_PID_ENV, die_with_launcher
 from tfpipe.provenance import environ_snapshot
 
@@ -148,9 +149,9 @@ class Launcher:
                         self._say(
                             f"{role[0]}:{role[1]} (pid {p.pid}) exited with {code}; stopping the others"
                         )
-                        return code if code > 0 else 128 - code
+                        return code if code > 0 else signal_exit(-code)
                 if chief.poll() == 0 and (servers or all(p.poll() == 0 for p in self.procs.values())):
-                    return 0
+                    return EXIT_OK
                 time.sleep(POLL_SECONDS)
         finally:
             self.stop()
@@ -188,7 +189,7 @@ class Launcher:
         except KeyboardInterrupt:
             self._say("interrupted; stopping all processes")
             self.stop()
-            code = 130
+            code = EXIT_SIGINT
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -203,12 +204,8 @@ def _signal_group(proc: subprocess.Popen, sig) -> None:
         pass
 
 
-STOP_CODES = (130, 143)  # 128 + SIGINT / SIGTERM: the task checkpointed and stopped (tfpipe.interrupts)
-NO_RESTART_CODES = (
-    2,
-    130,
-    143,
-)  # bad input, or stopped by the user / a cluster manager: restarting cannot help
+# bad input, or stopped by the user / a cluster manager: restarting cannot help
+NO_RESTART_CODES = (EXIT_BAD_INPUT, *STOP_CODES)
 
 
 def launch(cfg, root: Path, train_args: Sequence[str] = (), grace: Optional[float] = None, out=None) -> int:
@@ -232,7 +229,7 @@ def launch(cfg, root: Path, train_args: Sequence[str] = (), grace: Optional[floa
             grace=grace,
             out=out,
         ).run()  # fresh loopback ports every attempt
-        if code == 0 or code in NO_RESTART_CODES or attempt >= st.max_restarts:
+        if code == EXIT_OK or code in NO_RESTART_CODES or attempt >= st.max_restarts:
             return code
         attempt += 1
         out.write(

@@ -21,6 +21,7 @@ from tfpipe.config.schema import DataConfig
 from tfpipe.data.decode import Refused, decode_image_file, decode_text_file
 from tfpipe.data.sources import IMAGE_EXTENSIONS, TEXT_EXTENSIONS
 from tfpipe.errors import USER_ERRORS, UserError, one_line
+from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
 from tfpipe.files import atomic_open
 from tfpipe.hydra_flags import CommandParser
 
@@ -58,9 +59,9 @@ def main(argv=None, prog: str = "python -m pipeline.predict") -> int:
         )
     except USER_ERRORS as exc:
         print(f"predict: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     print(summary)
-    return 0
+    return EXIT_OK
 
 
 def predict(spec: str, input_dir: Path, out: Path, batch_size: int, tracking_uri=None) -> str:

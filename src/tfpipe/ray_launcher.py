@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Sequence
 
 from tfpipe.errors import ConfigError
+from tfpipe.exits import EXIT_FAILED, EXIT_OK
 
 INSTALL_HINT = "pip install -e .[ray]"
 PID_DIR_ENV = "TFPIPE_RAY_PID_DIR"  # tests: each worker writes worker-<rank>.pid there (to kill one)
@@ -129,14 +130,14 @@ def launch(cfg, root: Path, out=None) -> int:
         trainer(cfg, root).fit()
     except TrainingFailedError as exc:
         out.write(f"[ray] training failed (strategy.max_restarts={st.max_restarts}): {_first_line(exc)}\n")
-        return 1
+        return EXIT_FAILED
     finally:
         if started:
             import ray
 
             ray.shutdown()
     out.write(f"[ray] done: {st.num_workers} workers finished\n")
-    return 0
+    return EXIT_OK
 
 
 def _first_line(exc: BaseException) -> str:

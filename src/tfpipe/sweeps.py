@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
+
 _parent = None  # the sweep's parent run, created by the first job of a multirun
 
 
@@ -32,7 +34,7 @@ def run_job(composed) -> None:
         stages.run_all(cfg, root)
     except USER_ERRORS as exc:
         print(f"sweep: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(EXIT_BAD_INPUT) from None
 
 
 def run_sweep(app) -> None:
@@ -42,7 +44,7 @@ def run_sweep(app) -> None:
         app()
         status = "FINISHED"
     except SystemExit as exc:
-        status = "FINISHED" if exc.code in (0, None) else "FAILED"
+        status = "FINISHED" if exc.code in (EXIT_OK, None) else "FAILED"
         raise
     finally:
         if _parent is not None:

@@ -25,6 +25,7 @@ import os
 import sys
 from pathlib import Path
 
+from tfpipe.exits import EXIT_BAD_INPUT, EXIT_DIFFERS, EXIT_OK, signal_exit
 from tfpipe.hydra_flags import CommandParser
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -108,7 +109,7 @@ def _check(args, root: Path) -> int:
         audit.warm_start_line(args.run_id, root, args.tracking_uri)
         + ("ALL MATCH" if audit.ok(items) else f"DIFFERS: {differs} item(s)")
     )
-    return 0 if audit.ok(items) else 1
+    return EXIT_OK if audit.ok(items) else EXIT_DIFFERS
 
 
 def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
@@ -118,7 +119,7 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
             "audit: error: --against works with the check, not with --rerun; drop one of them",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_BAD_INPUT
 
     from tfpipe import audit, interrupts
     from tfpipe.errors import USER_ERRORS
@@ -141,19 +142,19 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
                 log=lambda m: print(m, file=sys.stderr),
             )
         print(audit.format_rerun(result), end="")
-        return 1 if result.verdict == audit.DIFFERS_VERDICT else 0
+        return EXIT_DIFFERS if result.verdict == audit.DIFFERS_VERDICT else EXIT_OK
     except USER_ERRORS as exc:
         if args.debug:
             raise
         print(f"audit: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", 2)
         print(
             f"audit: stopped ({exc or 'SIGINT'}); the re-run's processes and worktree are removed",
             file=sys.stderr,
         )
-        return 128 + signum
+        return signal_exit(signum)
 
 
 def compare_main(argv=None, prog: str = "python -m pipeline.compare") -> int:
@@ -173,6 +174,6 @@ def compare_main(argv=None, prog: str = "python -m pipeline.compare") -> int:
         rows = audit.compare(args.run_a, args.run_b, uri)
     except USER_ERRORS as exc:
         print(f"compare: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     print(audit.format_compare(rows, args.run_a, args.run_b), end="")
-    return 1 if rows else 0
+    return EXIT_DIFFERS if rows else EXIT_OK

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
 from tfpipe.hydra_flags import CommandParser
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -59,7 +60,7 @@ def main(argv=None, prog: str = "python -m pipeline.promote") -> int:
         )
     except USER_ERRORS as exc:
         print(f"promote: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     was = "unchanged" if result["previous"] == result["version"] else f"was {result['previous'] or 'unset'}"
     print(f"{result['name']} version {result['version']} is {result['alias']!r} ({was})")
-    return 0
+    return EXIT_OK

@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tfpipe.exits import EXIT_BAD_INPUT, signal_exit
 from tfpipe.hydra_flags import CommandParser
 
 DOC = "Check a logged tfpipe model, then serve it with `mlflow models serve` (raw images or texts in, classes out)."
@@ -48,7 +49,7 @@ def main(argv=None, prog: str = "python -m pipeline.serve") -> int:
             local, _ = loading.fetch(args.model_uri, tracking_uri_for(Path.cwd(), args.tracking_uri), copy)
         except USER_ERRORS as exc:
             print(f"serve: error: {exc}", file=sys.stderr)
-            return 2
+            return EXIT_BAD_INPUT
         print(
             f"serve: {args.model_uri} checked; serving it at http://{args.host}:{args.port}/invocations",
             flush=True,
@@ -75,4 +76,4 @@ def _serve(folder: Path, host: str, port: int) -> int:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
-    return 128 + stopped[0] if stopped else code
+    return signal_exit(stopped[0]) if stopped else code

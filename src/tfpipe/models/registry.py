@@ -28,7 +28,7 @@ class ModelInputs:
     image_shape: Optional[tuple] = None  # images: (height, width, channels) of uint8 pixels
     vocab_size: Optional[int] = None  # texts: token ids run 0..vocab_size-1 (0 pads, 1 is out-of-vocabulary)
     sequence_length: Optional[int] = None  # texts: ids per example
-    normalization: Optional[dict] = None  # images: the train split's per-channel {"mean", "std"} (0..255)
+    normalization: Optional[dict] = None  # images: the train split's per-channel {"mean", "std"}, 0..1 scale
 
     def input(self) -> keras.KerasTensor:
         """A fresh keras.Input of the training input's shape and dtype."""

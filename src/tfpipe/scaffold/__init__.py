@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
 from tfpipe.hydra_flags import CommandParser
 
 TEMPLATE = Path(__file__).resolve().parent / "project"
@@ -138,10 +139,10 @@ def main(argv=None, prog: str = "tfpipe init") -> int:
         init_repositories(args.folder)
     except InitError as exc:
         print(f"init: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     print(f"init: wrote {len(written)} files into {args.folder} (git and dvc initialised, files staged)")
     print(
         f"next: cd {args.folder}; put images or texts in data/raw/<dataset>/{{train,test}}/<class>/; "
         f"git commit -m 'tfpipe init'; dvc exp run"
     )
-    return 0
+    return EXIT_OK

@@ -17,8 +17,9 @@ import os
 import sys
 from pathlib import Path
 
-from tfpipe.entry import DEBUG_ENV, EXIT_BAD_INPUT
+from tfpipe.entry import DEBUG_ENV
 from tfpipe.errors import one_line
+from tfpipe.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from tfpipe.hydra_flags import CommandParser
 
 
@@ -85,7 +86,7 @@ def tune(args, root: Path) -> int:
         status = _record_best(opened, spec, base, conf_dir, parent)
     finally:
         parent.close(status)
-    return 0 if status == "FINISHED" else 1
+    return EXIT_OK if status == "FINISHED" else EXIT_FAILED
 
 
 def _record_best(opened, spec, base: list, conf_dir: Path, parent) -> str:
