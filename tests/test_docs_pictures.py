@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT / "docs" / "images"
 SCRIPT = ROOT / "scripts" / "docs_pictures.py"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# drawn when the site builds, never in git: docs/hooks/architecture.py (tests/test_docs_architecture.py)
+BUILT = {(IMAGES / "architecture.svg").resolve()}
 # ![alt](path) (the alt may span lines) and <img src="path">
 PICTURE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)|<img[^>]*\bsrc=\"([^\"]+)\"")
 
@@ -36,7 +38,7 @@ def _shown() -> dict:
     for page in PAGES:
         for match in PICTURE.finditer(page.read_text(encoding="utf-8")):
             target = match[1] or match[2]
-            if "://" not in target:
+            if "://" not in target and (page.parent / target).resolve() not in BUILT:
                 shown.setdefault((page.parent / target).resolve(), []).append(page)
     return shown
 

@@ -522,8 +522,8 @@ def server_projects(tracking_server, tmp_path_factory, image_dir, text_dir):
         "train.optimizer.learning_rate=0.003",
     ]
     started = time.monotonic()
-    _start_all([(commands[name], project, env) for name, (project, env) in projects.items()])
-    return {"projects": projects, "seconds": time.monotonic() - started}
+    outputs = _start_all([(commands[name], project, env) for name, (project, env) in projects.items()])
+    return {"projects": projects, "seconds": time.monotonic() - started, "outputs": outputs}
 
 
 def _server_client(tracking_server, monkeypatch):
@@ -549,6 +549,8 @@ def test_pipeline_run_is_complete_on_the_team_server(tracking_server, server_pro
     assert run.info.run_name == f"cifar10-cnn-one_device-{default_policy()}-{info['run_id'][:6]}"
     assert run.data.params["dataset.name"] == "cifar10"
     assert run.data.tags["tfpipe.stage.train"] == run.data.tags["tfpipe.stage.evaluate"] == "FINISHED"
+    for out in server_projects["outputs"]:  # each stage's last line has the run's address; MLflow's own, not
+        assert "View run" not in out and "View experiment" not in out  # (printed twice per stage on a server)
     for key in ("train_loss", "val_accuracy", "test_accuracy", "test_loss"):
         assert key in run.data.metrics, sorted(run.data.metrics)
     steps = json.loads((project / "metrics" / "train.json").read_text())["steps"]

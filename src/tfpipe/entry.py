@@ -28,6 +28,8 @@ from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK, signal_exit  # EXIT_BAD_INPUT:
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's C++ start-up chatter out of stage logs
 # MLflow's "Downloading artifacts" bars (log_model reads the logged model back to validate it): not a stage's progress
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+# MLflow's "View run ... at: URL" lines on a tracking server, twice per stage: each stage's last line names the run
+os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 DEBUG_ENV = "TFPIPE_DEBUG"
 
