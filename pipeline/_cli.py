@@ -1,6 +1,6 @@
-"""The entry points' shared command line lives in the library (`tfpipe.entry`), so `python -m pipeline.<stage>`
-and the `tfpipe` console script parse, check and fail the same way."""
+"""The entry points' shared command line lives in the library (`tfpipe.commands.entry`), so
+`python -m pipeline.<stage>` and the `tfpipe` console script parse, check and fail the same way."""
 
-from tfpipe.entry import DEBUG_ENV, EXIT_BAD_INPUT, cli, load_config, main
+from tfpipe.commands.entry import DEBUG_ENV, EXIT_BAD_INPUT, cli, load_config, main
 
 __all__ = ["DEBUG_ENV", "EXIT_BAD_INPUT", "cli", "load_config", "main"]

@@ -17,7 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import hydra  # noqa: E402
 
-from tfpipe import sweeps  # noqa: E402
+from tfpipe.launch import sweeps  # noqa: E402
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

@@ -256,7 +256,7 @@ def test_pixel_hash_is_not_file_bytes_and_near_pairs_respect_the_threshold():
 
 
 def _cli(capsys, argv):
-    from tfpipe.entry import cli
+    from tfpipe.commands.entry import cli
     from tfpipe.stages import run_prepare
 
     capsys.readouterr()

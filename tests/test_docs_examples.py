@@ -73,6 +73,14 @@ def test_shown_output_is_matched_line_by_line_in_order():
     assert missing("train INFO resuming from ...", printed) == ["train INFO resuming from ..."]
 
 
+@pytest.fixture(scope="session")
+def shared_subsets(tmp_path_factory) -> Path:
+    """A `shared/` folder with the small archives, made once per test process (each page only reads it)."""
+    shared = tmp_path_factory.mktemp("shared")
+    _subset_archives(shared)
+    return shared
+
+
 def _subset_archives(shared: Path) -> None:
     """../shared/datasets/*.tar.gz, shrunk: each real archive's first files per (split, class)."""
     from test_data_real import CASES, SHARED, _extract_subset
@@ -114,8 +122,8 @@ def _environment(src: Path) -> dict:
 @pytest.mark.slow  # starts processes: DVC, the three stages, MLflow's servers
 @pytest.mark.real_data
 @pytest.mark.parametrize("page", PAGES)
-def test_the_runnable_blocks_run_verbatim_in_a_fresh_project(tmp_path, page):
-    _subset_archives(tmp_path / "shared")
+def test_the_runnable_blocks_run_verbatim_in_a_fresh_project(tmp_path, page, shared_subsets):
+    (tmp_path / "shared").symlink_to(shared_subsets, target_is_directory=True)
     if PAGES[page] == "clone":
         start, env = _fresh_project(tmp_path)
     else:

@@ -3,8 +3,8 @@ would run with and runs nothing, `--help`/`--info` list conf/'s config groups, t
 stage answer in one line, and `tfpipe sweep` is the Hydra app of `python -m pipeline.sweep`.
 
 The real entry points run as subprocesses where the command line itself matters; the rest runs in-process
-through `tfpipe.entry.cli` with a `run` that records whether the stage was reached. Expected values are read
-from conf/ and params.yaml directly, never computed with the code under test.
+through `tfpipe.commands.entry.cli` with a `run` that records whether the stage was reached. Expected values are
+read from conf/ and params.yaml directly, never computed with the code under test.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tfpipe import entry
+from tfpipe.commands import entry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -169,8 +169,8 @@ def test_flags_with_no_meaning_for_a_stage_answer_in_one_line(capsys, argv, name
 
 def _command_mains():
     """Every `tfpipe` subcommand that is not a stage, as (name, main(argv))."""
-    from tfpipe import predict, scaffold, tuning
-    from tfpipe.commands import audit, promote, serve
+    from tfpipe import scaffold, tuning
+    from tfpipe.commands import audit, predict, promote, serve
 
     return {
         "audit": audit.audit_main,

@@ -74,7 +74,7 @@ def test_the_ray_lock_is_the_cpu_lock_with_the_extra_s_ray_and_its_job_server():
 
 
 def test_the_rayjob_runs_in_the_image_s_project_folder():
-    from tfpipe.ray_launcher import render_rayjob
+    from tfpipe.launch.ray import render_rayjob
 
     workdir = next(arg for op, arg in _instructions("docker/Dockerfile.ray") if op == "WORKDIR")
     text = render_rayjob("demo", "registry.example/tfpipe:1-ray", num_workers=2)

@@ -1,5 +1,5 @@
-"""Kubernetes manifests (tfpipe.k8s): Indexed Jobs + headless Service (default) and a Kubeflow TFJob, each with the
-NetworkPolicy; every document validated offline and strictly against the Kubernetes API schema."""
+"""Kubernetes manifests (tfpipe.launch.k8s): Indexed Jobs + headless Service (default) and a Kubeflow TFJob, each
+with the NetworkPolicy; every document validated offline and strictly against the Kubernetes API schema."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import pytest
 import yaml
 
-from tfpipe import k8s
 from tfpipe.errors import ConfigError
+from tfpipe.launch import k8s
 
 OVERRIDES = ["train.epochs=5", "tracking.uri=http://mlflow:5000"]
 
@@ -243,7 +243,7 @@ def test_a_team_models_overrides_reach_every_pod_as_given(team_project, controll
 def test_a_team_models_overrides_reach_the_ray_jobs_entrypoint_as_given(team_project):
     import shlex
 
-    from tfpipe.ray_launcher import render_rayjob
+    from tfpipe.launch.ray import render_rayjob
 
     (job,) = [
         d

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tfpipe import cluster
 from tfpipe.errors import UserError
+from tfpipe.launch import cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,7 +71,9 @@ def test_slurm_script_renders():
     text = cluster.render_slurm(nodes=3, cpus_per_task=4, tasks_per_node=2, overrides=["train.epochs=2"])
     assert "#SBATCH --nodes=3" in text and "#SBATCH --cpus-per-task=4" in text
     assert "#SBATCH --ntasks-per-node=2" in text
-    assert "python -m tfpipe.cluster slurm-tf-config" in text and "strategy=multi_worker_mirrored" in text
+    assert (
+        "python -m tfpipe.launch.cluster slurm-tf-config" in text and "strategy=multi_worker_mirrored" in text
+    )
     assert '"${SLURM_SUBMIT_DIR}"' in text and "train.epochs=2" in text and "$${" not in text
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)  # valid shell
 

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from tfpipe import cluster
 from tfpipe.errors import UserError
+from tfpipe.launch import cluster
 from tfpipe.tracking import backend
 
 
@@ -100,7 +100,7 @@ def test_the_launchers_cluster_is_on_loopback_only():
         spec = cluster.local_cluster(strategy, 2, ps)
         hosts = {a.rsplit(":", 1)[0] for addresses in spec.values() for a in addresses}
         assert hosts == {"127.0.0.1"}, spec
-    from tfpipe.launcher import Launcher
+    from tfpipe.launch.local import Launcher
 
     job = Launcher("parameter_server", 2, 1, [], ".")  # the cluster a launch would start (nothing started)
     for ttype, index in job.roles:

@@ -100,7 +100,7 @@ def store(tmp_path_factory):
 
 
 def _predict(project: Path, monkeypatch, *args) -> int:
-    from tfpipe import predict
+    from tfpipe.commands import predict
 
     monkeypatch.chdir(project)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -153,7 +153,7 @@ def test_gpus_listed_when_tensorflow_is_loaded(repo):
 
 def test_the_environments_children_get_survive_a_thread_changing_it(monkeypatch):
     """The launcher's task environment and a tuning trial's are built while MLflow's threads may run."""
-    from tfpipe import launcher
+    from tfpipe.launch import local as launcher
 
     monkeypatch.setenv("TFPIPE_TEST_KEEP", "kept")
     seen = []

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.test_multiworker import _runs, make_project, project_env
-from tfpipe import ray_launcher
+from tfpipe.launch import ray as ray_launcher
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY = ("strategy=multi_worker_mirrored", "strategy.launcher=ray", "strategy.num_workers=2")
@@ -261,7 +261,7 @@ HEAD_PORTS = (
 def _start_head(env: dict):
     """`ray start --head --block` on loopback with free ports (not Ray's fixed defaults: other Rays may run
     here), in its own session: the test stops exactly this process group."""
-    from tfpipe.cluster import free_ports
+    from tfpipe.launch.cluster import free_ports
 
     ports = free_ports(len(HEAD_PORTS))
     cmd = ["ray", "start", "--head", "--block", "--disable-usage-stats", "--num-cpus=2"]

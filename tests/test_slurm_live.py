@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tfpipe import cluster
+from tfpipe.launch import cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

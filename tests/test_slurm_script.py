@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tfpipe import cluster
+from tfpipe.launch import cluster
 
 OVERRIDES = [
     "train.epochs=2",
@@ -41,7 +41,7 @@ def test_overrides_reach_the_train_command_unchanged_through_the_rendered_script
     _stub(
         bin_dir,
         "python",
-        "if sys.argv[1:3] == ['-m', 'tfpipe.cluster']:\n    print('{}')\nelse:\n"
+        "if sys.argv[1:3] == ['-m', 'tfpipe.launch.cluster']:\n    print('{}')\nelse:\n"
         f"    open({str(record)!r}, 'w').write(json.dumps(sys.argv[1:]))",
     )
     script = tmp_path / "train.sbatch"
@@ -77,7 +77,7 @@ def test_the_job_exits_with_the_first_failing_tasks_code_not_srun_s_highest(tmp_
     _stub(
         bin_dir,
         "python",
-        "if sys.argv[1:3] == ['-m', 'tfpipe.cluster']:\n    print('{}')\nelse:\n"
+        "if sys.argv[1:3] == ['-m', 'tfpipe.launch.cluster']:\n    print('{}')\nelse:\n"
         "    sys.exit(2 if os.environ['SLURM_PROCID'] == '1' else 143)",
     )
     script = tmp_path / "train.sbatch"

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tfpipe import config, entry, hooks, stages, training
+from tfpipe import config, hooks, stages, training
+from tfpipe.commands import entry
 from tfpipe.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

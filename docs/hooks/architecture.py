@@ -15,16 +15,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "tfpipe"
 # A top-level module (or subpackage) of tfpipe -> its room, by role; a subpackage not named here is its own room,
-# a module not named here fails the build (place a new one deliberately). cli: the `tfpipe` command and its
-# subcommands; entry: what every stage entry point shares; launch: processes, clusters, sweeps; stages: one DVC
+# a module not named here fails the build (place a new one deliberately). cli: the `tfpipe` command (its
+# subcommands' command lines and the stages' shared entry core are the subpackage commands/, launch code the
+# subpackage launch/); entry: what a stage's entry point checks of this host before it runs; stages: one DVC
 # stage each; runtime: what TensorFlow runs on (strategies, precision, seeds, the host, the work directory);
 # loop: what runs at the training loop's step boundaries; helpers: small shared TensorFlow-free code.
 ROOMS = {
-    **dict.fromkeys(["cli", "__main__", "commands", "predict"], "cli"),
-    **dict.fromkeys(["entry", "hydra_flags", "preflight"], "entry"),
-    **dict.fromkeys(["launcher", "ray_launcher", "k8s", "sweeps"], "launch"),
+    **dict.fromkeys(["cli", "__main__"], "cli"),
+    **dict.fromkeys(["preflight"], "entry"),
     **dict.fromkeys(["stages", "evaluation", "layout"], "stages"),
-    **dict.fromkeys(["distribute", "cluster", "precision", "determinism"], "runtime"),
+    **dict.fromkeys(["distribute", "tfconfig", "precision", "determinism"], "runtime"),
     **dict.fromkeys(["hardware", "provenance", "workdir", "textnorm"], "runtime"),
     **dict.fromkeys(["hooks", "monitoring", "profiling", "progress"], "loop"),
     **dict.fromkeys(["__init__", "lean_keras", "errors", "exits"], "helpers"),

@@ -104,7 +104,8 @@ def _command_modules() -> tuple:
 
 
 def _module(node: ast.ImportFrom):
-    try:  # `from tfpipe.commands import audit` names a module, `from tfpipe.entry import main` a function
+    # `from tfpipe.commands import audit` names a module, `from tfpipe.commands.entry import main` a function
+    try:
         return importlib.import_module(f"{node.module}.{node.names[0].name}")
     except ImportError:
         return importlib.import_module(node.module)

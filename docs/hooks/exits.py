@@ -2,8 +2,8 @@
 
 What it knows: every exit code `tfpipe.exits` names (its value and its trailing `# comment`, read with ast and
 tokenize), and every exception class defined under src/tfpipe (read with ast): its base, its docstring's first
-line and what the user sees of it: a `UserError` the line `tfpipe.hydra_flags.refuse` prints and the code it
-returns; any other class the line an `except` naming it (or, for an interruption, `KeyboardInterrupt`) prints
+line and what the user sees of it: a `UserError` the line `tfpipe.commands.hydra_flags.refuse` prints and the
+code it returns; any other class the line an `except` naming it (or, for an interruption, `KeyboardInterrupt`) prints
 to stderr and the code that handler returns. What it does not: a line printed outside such a handler, a code a
 handler computes other than with `tfpipe.exits`. It imports nothing of tfpipe, TensorFlow, Keras or MLflow."""
 
@@ -111,7 +111,7 @@ def error_classes(codes: dict) -> dict:
     }
     bases = {name: [_name(b) for b in node.bases] for name, (_, node) in classes.items()}
     errors = [name for name in classes if _is_error(name, bases, classes)]
-    refuse = _function(modules["tfpipe.hydra_flags"], "refuse")
+    refuse = _function(modules["tfpipe.commands.hydra_flags"], "refuse")
     out = {}
     for name in sorted(
         errors, key=lambda n: (not _derives(n, "UserError", bases), n != "UserError", classes[n][0], n)

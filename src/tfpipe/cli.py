@@ -25,7 +25,8 @@ USAGE = "usage: tfpipe {prepare,train,evaluate,run-all,launch,audit,compare,prom
 
 
 def _stages() -> Dict[str, Tuple[Callable, str]]:
-    from tfpipe import launcher, stages
+    from tfpipe import stages
+    from tfpipe.launch import local as launcher
 
     return {
         "prepare": (
@@ -73,7 +74,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
         sys.exit(tuning.main(rest, prog="tfpipe tune"))
     if name == "predict":
-        from tfpipe import predict
+        from tfpipe.commands import predict
 
         sys.exit(predict.main(rest, prog="tfpipe predict"))
     if name == "serve":
@@ -90,15 +91,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if name not in stages:
         print(f"tfpipe: error: unknown subcommand {name!r}; {USAGE}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    from tfpipe.entry import main as entry_main
+    from tfpipe.commands.entry import main as entry_main
 
     run, description = stages[name]
     entry_main(name.replace("-", "_"), run, description, rest, prog=f"tfpipe {name}")
 
 
 def sweep(argv: Sequence[str]) -> None:
-    """`tfpipe sweep`: the Hydra app of `python -m pipeline.sweep` (`tfpipe.sweeps`) on conf/ of the working
-    directory (the project root, as for every stage); Hydra parses `argv`."""
+    """`tfpipe sweep`: the Hydra app of `python -m pipeline.sweep` (`tfpipe.launch.sweeps`) on conf/ of the
+    working directory (the project root, as for every stage); Hydra parses `argv`."""
     if {"-sc", "--shell-completion"} & set(argv):  # Hydra's script completes `python FILE.py` or a program
         print(
             "tfpipe sweep: error: --shell-completion: Hydra's completion cannot complete a subcommand "
@@ -109,7 +110,8 @@ def sweep(argv: Sequence[str]) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import hydra
 
-    from tfpipe import config, sweeps
+    from tfpipe import config
+    from tfpipe.launch import sweeps
 
     def job(composed) -> None:
         sweeps.run_job(composed)

@@ -3,7 +3,7 @@
 `build_strategy(cfg.strategy)` looks the name up in `STRATEGY_BUILDERS`, a registry of
 `name -> builder(strategy_cfg) -> tf.distribute.Strategy`: one_device, auto, mirrored and
 central_storage (over GPUs, or `num_logical_cpus` logical CPUs set up by `configure_devices` before TF
-initialises), multi_worker_mirrored and parameter_server (from TF_CONFIG, see `tfpipe.cluster`; ps and
+initialises), multi_worker_mirrored and parameter_server (from TF_CONFIG, see `tfpipe.tfconfig`; ps and
 worker tasks of parameter_server run `run_server`), tpu (a TPUStrategy, or a one-line UserError where no
 TPU is reachable). `tfpipe.choices.STRATEGIES` names the strategies the config accepts, and tests/test_config.py
 asserts it names exactly the registered builders.
@@ -143,9 +143,9 @@ def _central_storage(strategy_cfg) -> tf.distribute.Strategy:
 
 
 def _tf_config_resolver(strategy_cfg):
-    from tfpipe import cluster
+    from tfpipe import tfconfig
 
-    spec = cluster.read_tf_config()  # UserError when TF_CONFIG is missing or malformed
+    spec = tfconfig.read_tf_config()  # UserError when TF_CONFIG is missing or malformed
     return tf.distribute.cluster_resolver.TFConfigClusterResolver(), spec
 
 
@@ -190,9 +190,9 @@ def run_server(strategy_cfg) -> None:
     """A parameter_server worker or ps task: serve the cluster from TF_CONFIG until killed."""
     import os
 
-    from tfpipe import cluster
+    from tfpipe import tfconfig
 
-    spec = cluster.read_tf_config()
+    spec = tfconfig.read_tf_config()
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     server = tf.distribute.Server(

@@ -44,24 +44,24 @@ def check(cfg: Config, stage: str, root, environ=None) -> None:
         check_tpu(cfg, environ)
         check_precision(cfg, environ)
     if stage in TRACKING_STAGES:
-        from tfpipe import cluster
+        from tfpipe import tfconfig
 
-        if cluster.is_chief(environ):  # only the chief talks to MLflow
+        if tfconfig.is_chief(environ):  # only the chief talks to MLflow
             check_tracking(cfg, root)
 
 
 def check_tf_config(cfg: Config, environ) -> None:
-    from tfpipe import cluster
+    from tfpipe import tfconfig
 
-    text = environ.get(cluster.TF_CONFIG, "").strip()
+    text = environ.get(tfconfig.TF_CONFIG, "").strip()
     if not text:
         return
     try:
-        spec = cluster.parse_tf_config(text)
+        spec = tfconfig.parse_tf_config(text)
     except UserError as exc:  # name the value too
         shown = text if len(text) <= 120 else text[:117] + "..."
         raise UserError(
-            str(exc).replace(f"{cluster.TF_CONFIG}:", f"{cluster.TF_CONFIG}={shown!r}:", 1)
+            str(exc).replace(f"{tfconfig.TF_CONFIG}:", f"{tfconfig.TF_CONFIG}={shown!r}:", 1)
         ) from None
     jobs = sorted(spec["cluster"])
     name = cfg.strategy.name

@@ -11,7 +11,7 @@ import json
 import logging
 from pathlib import Path
 
-from tfpipe import files
+from tfpipe import files, tfconfig  # tfconfig: whether this process is the chief (no TensorFlow)
 from tfpipe.config import Config
 from tfpipe.layout import (  # noqa: F401 - the paths, also read as stages.* by callers
     CONFUSION_CSV,
@@ -54,11 +54,11 @@ def _data_headline(cfg: Config, counts: dict) -> dict:
 
 def run_train(cfg: Config, root: Path):
     """Prepared data -> trained model, SavedModel, train metrics and history, one MLflow run."""
-    from tfpipe import cluster, data, provenance, tracking, training
+    from tfpipe import data, provenance, tracking, training
     from tfpipe import hooks as loop_hooks
 
     composed, cfg = cfg, _rooted(cfg, root)
-    chief = cluster.is_chief()  # from TF_CONFIG; True for single-process strategies
+    chief = tfconfig.is_chief()  # from TF_CONFIG; True for single-process strategies
     prepared = Path(cfg.data.output_dir)
     manifest = data.load_manifest(prepared)
     data.verify_shards(prepared, manifest)  # a truncated or altered shard stops us before training
@@ -138,11 +138,11 @@ def _log_training(
     prov: dict,
 ) -> None:
     """The chief's record of a finished training: tags, final metrics, reports, checkpoint, model."""
-    from tfpipe import cluster, provenance, tracking
+    from tfpipe import provenance, tracking
 
     run.set_tags(tracking.run_tags(cfg, result.strategy, digest, prov))
-    if cluster.public_spec():  # jobs -> host:port only
-        run.set_tags({"cluster_spec": json.dumps(cluster.public_spec(), sort_keys=True)})
+    if tfconfig.public_spec():  # jobs -> host:port only
+        run.set_tags({"cluster_spec": json.dumps(tfconfig.public_spec(), sort_keys=True)})
     if result.weights_sha256:  # what `audit --rerun` compares for bit-identity
         run.set_tags({"weights.sha256": result.weights_sha256})
     run.set_tags({f"determinism.{k}": v for k, v in (result.determinism or {}).items()})

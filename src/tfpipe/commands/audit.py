@@ -25,8 +25,8 @@ import os
 import sys
 from pathlib import Path
 
+from tfpipe.commands.hydra_flags import CommandParser
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_DIFFERS, EXIT_OK, signal_exit
-from tfpipe.hydra_flags import CommandParser
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")

@@ -12,8 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from tfpipe.commands.hydra_flags import CommandParser
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
-from tfpipe.hydra_flags import CommandParser
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 

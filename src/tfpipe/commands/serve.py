@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tfpipe.commands.hydra_flags import CommandParser
 from tfpipe.exits import EXIT_BAD_INPUT, signal_exit
-from tfpipe.hydra_flags import CommandParser
 
 DOC = "Check a logged tfpipe model, then serve it with `mlflow models serve` (raw images or texts in, classes out)."
 

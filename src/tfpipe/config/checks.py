@@ -9,7 +9,7 @@ from typing import Any, Optional
 from tfpipe.choices import TRACKING_SCHEMES
 from tfpipe.errors import ConfigError
 
-LAUNCHERS = ("local", "ray")  # strategy.launcher: tfpipe.launcher, or Ray Train (tfpipe.ray_launcher)
+LAUNCHERS = ("local", "ray")  # strategy.launcher: tfpipe.launch.local, or Ray Train (tfpipe.launch.ray)
 RAY_STRATEGIES = ("multi_worker_mirrored",)  # what Ray Train's TensorflowTrainer sets TF_CONFIG up for
 
 # a tf.distribute device string: [/job:J][/replica:R][/task:T]/[device:]TYPE[:INDEX]

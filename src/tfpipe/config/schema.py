@@ -156,7 +156,7 @@ class StrategyConfig:
     tpu: Optional[str] = None  # tpu: TPUClusterResolver name/address ('' or null: local TPU)
     max_restarts: int = 0  # local launcher: restarts of the whole job after a process dies
     stop_grace_seconds: float = 10.0  # local launcher: SIGTERM -> SIGKILL delay when stopping the others
-    launcher: str = "local"  # multi_worker_mirrored: local | ray (Ray Train, tfpipe.ray_launcher)
+    launcher: str = "local"  # multi_worker_mirrored: local | ray (Ray Train, tfpipe.launch.ray)
     ray_address: Optional[str] = None  # launcher=ray: Ray's address (null: RAY_ADDRESS, else a local Ray)
 
     def check(self, cfg) -> None:

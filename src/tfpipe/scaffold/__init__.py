@@ -18,8 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tfpipe.commands.hydra_flags import CommandParser
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
-from tfpipe.hydra_flags import CommandParser
 
 TEMPLATE = Path(__file__).resolve().parent / "project"
 # Names the templates cannot carry in this repository: dotfiles would apply here, a dvc.yaml would be read by

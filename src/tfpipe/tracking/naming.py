@@ -92,8 +92,8 @@ def sweep_overrides() -> list:
 
 
 def _swept_keys(args) -> set:
-    """Keys a sweep's command line (sys.argv, as `tfpipe.sweeps` reads it) sweeps over: `k=a,b`, `k=range(..)`,
-    `k=choice(..)`; none when it is not Hydra's command line."""
+    """Keys a sweep's command line (sys.argv, as `tfpipe.launch.sweeps` reads it) sweeps over: `k=a,b`,
+    `k=range(..)`, `k=choice(..)`; none when it is not Hydra's command line."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     try:

@@ -17,10 +17,10 @@ import os
 import sys
 from pathlib import Path
 
-from tfpipe.entry import DEBUG_ENV
+from tfpipe.commands.entry import DEBUG_ENV
+from tfpipe.commands.hydra_flags import CommandParser
 from tfpipe.errors import one_line
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
-from tfpipe.hydra_flags import CommandParser
 
 
 class _Parser(CommandParser):

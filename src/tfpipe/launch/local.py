@@ -71,7 +71,7 @@ class Launcher:
         grace: float = GRACE_SECONDS,
         out=None,
     ):
-        from tfpipe import cluster
+        from tfpipe.launch import cluster
 
         self.cluster = cluster.local_cluster(strategy, num_workers, num_ps)
         self.roles = cluster.roles(self.cluster)
@@ -87,7 +87,7 @@ class Launcher:
         return ("chief", 0) if "chief" in self.cluster else ("worker", 0)
 
     def start(self) -> None:
-        from tfpipe import cluster
+        from tfpipe.launch import cluster
 
         for ttype, index in self.roles:
             env = _child_env(cluster.tf_config(self.cluster, ttype, index))
@@ -241,8 +241,8 @@ def launch(cfg, root: Path, train_args: Sequence[str] = (), grace: Optional[floa
 
 def launch_stage(cfg, root: Path, train_args: Sequence[str] = ()) -> None:
     """The `launch` entry point: the job's exit code becomes the process's."""
-    if cfg.strategy.launcher == "ray":  # Ray Train starts the workers (tfpipe.ray_launcher)
-        from tfpipe import ray_launcher
+    if cfg.strategy.launcher == "ray":  # Ray Train starts the workers (tfpipe.launch.ray)
+        from tfpipe.launch import ray as ray_launcher
 
         code = ray_launcher.launch(cfg, root)
     else:
@@ -257,7 +257,7 @@ launch_stage.wants_args = True
 def train_stage(cfg, root: Path, train_args: Sequence[str] = ()):
     """The train entry point: hand a multi-process strategy without TF_CONFIG to the launcher; under
     parameter_server, worker and ps tasks serve the cluster; everyone else runs the train stage."""
-    from tfpipe import cluster, k8s
+    from tfpipe.launch import cluster, k8s
 
     k8s.tf_config_from_indexed_job()  # a pod of a rendered Indexed Job: TF_CONFIG from its completion index
     if cfg.strategy.name in MULTI_PROCESS_STRATEGIES and not os.environ.get(cluster.TF_CONFIG, "").strip():

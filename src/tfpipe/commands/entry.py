@@ -6,7 +6,8 @@ with ONE line on stderr, `<stage>: error: <message>`, and exit code 2; `--debug`
 TFPIPE_DEBUG=1, for `dvc repro` whose commands are fixed) shows the Python traceback instead.
 The order is: parse arguments -> load + validate the config (no TensorFlow, no data) -> preflight
 checks of the host (`tfpipe.preflight`: devices, TF_CONFIG, tracking backend) -> `run(cfg, root)`.
-Hydra's standard flags (`--cfg job`, `--info`, `-m`, ...) are answered by `tfpipe.hydra_flags` before anything runs.
+Hydra's standard flags (`--cfg job`, `--info`, `-m`, ...) are answered by `tfpipe.commands.hydra_flags` before
+anything runs.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from tfpipe import hydra_flags
+from tfpipe.commands import hydra_flags
 from tfpipe.errors import USER_ERRORS, one_line
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK, signal_exit  # EXIT_BAD_INPUT: also imported from here
 

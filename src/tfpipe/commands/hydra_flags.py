@@ -104,7 +104,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def answer(stage: str, prog: str, args, overrides: list, root: Path, debug: bool, load_config) -> int | None:
-    """`load_config(overrides, params_path, root)` checks the config as the stage does (tfpipe.entry's). Answer Hydra's flags: print and return 0, refuse in one line and return 2, or None: run the stage."""
+    """`load_config(overrides, params_path, root)` checks the config as the stage does (tfpipe.commands.entry's). Answer Hydra's flags: print and return 0, refuse in one line and return 2, or None: run the stage."""
     for dest, (flags, answer) in _ONE_LINE_ANSWERS.items():
         if getattr(args, dest):
             return refuse(stage, f"{'/'.join(flags)}: {answer}")

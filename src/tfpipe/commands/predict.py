@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from tfpipe import progress
+from tfpipe.commands.hydra_flags import CommandParser
 from tfpipe.config.schema import DataConfig
 from tfpipe.data.decode import Refused, decode_image_file, decode_text_file
 from tfpipe.data.sources import IMAGE_EXTENSIONS, TEXT_EXTENSIONS
 from tfpipe.errors import USER_ERRORS, UserError, one_line
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
 from tfpipe.files import atomic_open
-from tfpipe.hydra_flags import CommandParser
 
 os.environ.setdefault(
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"

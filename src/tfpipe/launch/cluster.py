@@ -1,35 +1,41 @@
-"""Clusters for multi-process strategies: roles, loopback ports, TF_CONFIG parsing and rendering.
+"""Clusters for multi-process strategies: roles and loopback ports for the local launcher, the cluster spec of a
+Kubernetes or Ray render, the Slurm job rendered, and the TF_CONFIG of a Slurm task (`python -m
+tfpipe.launch.cluster slurm-tf-config PORT`, which the rendered job runs on every node).
 
-No TensorFlow here, so the launcher and config checks stay fast.
+No TensorFlow here, so the launcher and the renders stay fast. Reading and checking this process's TF_CONFIG
+(what strategies, preflight and the stages ask) is tfpipe.tfconfig's.
 
 - `local_cluster(strategy, num_workers, num_ps)` -> a cluster spec on 127.0.0.1 with free ports.
   multi_worker_mirrored: `worker` x N (worker 0 is the chief, as the TF multi-worker guide does).
   parameter_server: `chief` x 1 (the coordinator), `worker` x N, `ps` x M.
 - `roles(cluster)` -> [(task_type, index)], chief first.
-- `tf_config(cluster, task_type, index)` -> the TF_CONFIG JSON for one process.
-- `read_tf_config()` -> the parsed TF_CONFIG of this process (UserError when malformed).
-- `is_chief()` -> whether this process writes (MLflow run, metrics, SavedModel).
-- `render_slurm(...)`: the Slurm template of `tfpipe/deploy/` (package data) filled in (Kubernetes: tfpipe.k8s).
+- `render_slurm(...)`: the Slurm template of `tfpipe/deploy/` (package data) filled in (Kubernetes:
+  tfpipe.launch.k8s).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import socket
 import string
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 from tfpipe.errors import UserError
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
+from tfpipe.tfconfig import (  # noqa: F401 - also read here by the launchers and tests
+    TF_CONFIG,
+    Cluster,
+    is_chief,
+    parse_tf_config,
+    public_spec,
+    read_tf_config,
+    task,
+    tf_config,
+)
 
-TF_CONFIG = "TF_CONFIG"
-TASK_TYPES = ("chief", "worker", "ps", "evaluator")
-DEPLOY_DIR = Path(__file__).resolve().parent / "deploy"  # package data: found in any install (pyproject)
-
-Cluster = Dict[str, List[str]]
+DEPLOY_DIR = Path(__file__).resolve().parents[1] / "deploy"  # package data: found in any install (pyproject)
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> List[int]:
@@ -75,78 +81,6 @@ def roles(cluster: Cluster) -> List[Tuple[str, int]]:
     """Every task, chief first, then workers, then ps."""
     order = [j for j in ("chief", "worker", "ps", "evaluator") if j in cluster]
     return [(job, i) for job in order for i in range(len(cluster[job]))]
-
-
-def tf_config(cluster: Cluster, task_type: str, index: int) -> str:
-    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": int(index)}}, sort_keys=True)
-
-
-def parse_tf_config(text: str, where: str = TF_CONFIG) -> dict:
-    """TF_CONFIG JSON -> {'cluster': {...}, 'task': {'type', 'index'}}; UserError naming what is wrong."""
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise UserError(f"{where}: not valid JSON ({exc})") from None
-    if not isinstance(value, dict) or not isinstance(value.get("cluster"), dict) or not value["cluster"]:
-        raise UserError(f'{where}: expected {{"cluster": {{job: [host:port, ...]}}, "task": {{...}}}}')
-    for job, addresses in value["cluster"].items():
-        if job not in TASK_TYPES:
-            raise UserError(f"{where}: cluster job {job!r} not allowed; allowed: {', '.join(TASK_TYPES)}")
-        if not isinstance(addresses, list) or not all(isinstance(a, str) and ":" in a for a in addresses):
-            raise UserError(
-                f"{where}: cluster.{job} must be a list of 'host:port' strings, got {addresses!r}"
-            )
-    task = value.get("task") or {}
-    ttype, index = task.get("type"), task.get("index", 0)
-    if ttype not in value["cluster"]:
-        raise UserError(
-            f"{where}: task.type={ttype!r} is not a job of the cluster; allowed: {', '.join(value['cluster'])}"
-        )
-    if not isinstance(index, int) or not 0 <= index < len(value["cluster"][ttype]):
-        raise UserError(
-            f"{where}: task.index={index!r} out of range for job {ttype!r} ({len(value['cluster'][ttype])} tasks)"
-        )
-    return {"cluster": value["cluster"], "task": {"type": ttype, "index": index}}
-
-
-def read_tf_config(environ=None) -> dict:
-    environ = os.environ if environ is None else environ
-    text = environ.get(TF_CONFIG, "").strip()
-    if not text:
-        raise UserError(
-            f"{TF_CONFIG}: not set; multi-process strategies need it (run through python -m pipeline.launch or tfpipe launch, "
-            f"or let the cluster manager set it)"
-        )
-    return parse_tf_config(text)
-
-
-def task(environ=None) -> Tuple[Optional[str], int]:
-    """(task type, index) of this process; (None, 0) without TF_CONFIG."""
-    environ = os.environ if environ is None else environ
-    if not environ.get(TF_CONFIG, "").strip():
-        return None, 0
-    t = read_tf_config(environ)["task"]
-    return t["type"], t["index"]
-
-
-def is_chief(environ=None) -> bool:
-    """The chief task, or worker 0 of a cluster without a chief; True without TF_CONFIG."""
-    environ = os.environ if environ is None else environ
-    if not environ.get(TF_CONFIG, "").strip():
-        return True
-    cfg = read_tf_config(environ)
-    ttype, index = cfg["task"]["type"], cfg["task"]["index"]
-    if ttype == "chief":
-        return True
-    return ttype == "worker" and index == 0 and "chief" not in cfg["cluster"]
-
-
-def public_spec(environ=None) -> dict:
-    """The cluster spec to record in the run: jobs -> addresses only (no other TF_CONFIG fields)."""
-    environ = os.environ if environ is None else environ
-    if not environ.get(TF_CONFIG, "").strip():
-        return {}
-    return read_tf_config(environ)["cluster"]
 
 
 # ----------------------------------------------------------------------------- deploy templates
@@ -257,12 +191,12 @@ def render_slurm(
 
 
 def _main(argv=None) -> int:
-    """`python -m tfpipe.cluster slurm-tf-config [PORT]`: print TF_CONFIG from SLURM_* (inside srun)."""
+    """`python -m tfpipe.launch.cluster slurm-tf-config [PORT]`: print TF_CONFIG from SLURM_* (inside srun)."""
     import sys
 
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] != "slurm-tf-config":
-        print("usage: python -m tfpipe.cluster slurm-tf-config [PORT]", file=sys.stderr)
+        print("usage: python -m tfpipe.launch.cluster slurm-tf-config [PORT]", file=sys.stderr)
         return EXIT_BAD_INPUT
     port = int(argv[1]) if len(argv) > 1 else 2222
     print(slurm_tf_config(port))

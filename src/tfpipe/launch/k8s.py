@@ -20,8 +20,8 @@ import os
 
 import yaml
 
-from tfpipe.cluster import DEPLOY_DIR, TF_CONFIG, _render, k8s_cluster, roles, tf_config
 from tfpipe.errors import ConfigError
+from tfpipe.launch.cluster import DEPLOY_DIR, TF_CONFIG, _render, k8s_cluster, roles, tf_config
 
 CONTROLLERS = ("job", "tfjob")
 CLUSTER_ENV, TASK_TYPE_ENV, INDEX_ENV = "TFPIPE_CLUSTER", "TFPIPE_TASK_TYPE", "JOB_COMPLETION_INDEX"
@@ -51,7 +51,7 @@ def render_k8s(
     backoff_limit: int = 3,
 ) -> str:
     """One multi-document manifest (see the module docstring); bad input raises one line (ConfigError)."""
-    from tfpipe.cluster import check_render_input
+    from tfpipe.launch.cluster import check_render_input
 
     if controller not in CONTROLLERS:
         raise ConfigError(f"controller={controller!r}: allowed: {', '.join(CONTROLLERS)}")

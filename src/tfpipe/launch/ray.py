@@ -1,7 +1,7 @@
 """Ray Train as a launcher (`strategy.launcher=ray`, multi_worker_mirrored only).
 
 The train stage hands a multi_worker_mirrored job without TF_CONFIG to `launch(cfg, root)` (through
-`tfpipe.launcher.launch_stage`), which runs it through `ray.train.tensorflow.TensorflowTrainer`:
+`tfpipe.launch.local.launch_stage`), which runs it through `ray.train.tensorflow.TensorflowTrainer`:
 `ScalingConfig(num_workers=strategy.num_workers)` actors, each given TF_CONFIG by Ray's TensorFlow backend
 (ray/train/tensorflow/config.py, `_setup_tensorflow_environment`: cluster {"worker": [...]}, task
 {"type": "worker", "index": rank}). Every worker runs the unchanged train stage (`stages.run_train`) in the
@@ -68,7 +68,7 @@ def _write_pid(root: Path) -> None:
     folder = os.environ.get(PID_DIR_ENV)
     if not folder:
         return
-    from tfpipe import cluster
+    from tfpipe.launch import cluster
 
     rank = cluster.task()[1]
     Path(folder).mkdir(parents=True, exist_ok=True)
@@ -155,8 +155,8 @@ def render_rayjob(
 ) -> str:
     """deploy/k8s/rayjob.yaml.tmpl -> a KubeRay RayJob (a head and `num_workers` worker pods, non-root, the train
     stage with strategy.launcher=ray as the job's entrypoint) and the NetworkPolicy fencing its pods."""
-    from tfpipe import cluster
-    from tfpipe.k8s import CONTAINER_SECURITY, POD_SECURITY
+    from tfpipe.launch import cluster
+    from tfpipe.launch.k8s import CONTAINER_SECURITY, POD_SECURITY
 
     if num_workers < 1:
         raise ConfigError(f"num_workers={num_workers!r}: must be > 0")
