@@ -20,9 +20,10 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 from pathlib import Path
+
+from test_tracking import _free_port as free_port  # the suite's own
 
 FENCE = re.compile(
     r"(?:<!-- docs-test: (?P<marker>[^>]*?) -->\s*\n)?```(?P<lang>[a-z]*)\n(?P<body>.*?)```",
@@ -72,12 +73,6 @@ def missing(shown: str, printed: str) -> list:
         else:
             at = found + 1
     return absent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def with_free_ports(text: str) -> str:
