@@ -103,6 +103,31 @@ def mirror(source: str | os.PathLike, target: str | os.PathLike, last: str = "")
             stale.unlink() if not stale.is_dir() or stale.is_symlink() else shutil.rmtree(stale)
 
 
+def link_tree(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """`target` replaced by a copy of the folder `source`, by hard links where the two share a file system (a copy
+    elsewhere): built in a temporary sibling and renamed into place, so a kill leaves the old target or the new."""
+    source, target = Path(source), Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".{target.name}.tmp-*"):  # left by a kill in an earlier attempt
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        shutil.copytree(source, staging / "x", copy_function=_link_or_copy)
+        old = staging / "old"
+        if target.exists():
+            os.replace(target, old)
+        os.replace(staging / "x", target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system, or links not allowed
+        shutil.copy2(src, dst)
+
+
 def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
     """The same inode, or a copy2 of it (same size and modification time)."""
     return os.path.samestat(a, b) or (a.st_size == b.st_size and a.st_mtime_ns == b.st_mtime_ns)
@@ -163,10 +188,19 @@ def _digest(folder: Path) -> dict:
     return out
 
 
-def seal(folder: str | os.PathLike) -> None:
-    """Record every file's digest in `folder`/SEAL, written last: a folder without it was never finished."""
+def seal(folder: str | os.PathLike, **facts: str) -> None:
+    """Record every file's digest in `folder`/SEAL, written last: a folder without it was never finished. `facts`:
+    what the folder was made from (the export's weights digest), read back by seal_facts; not part of seal_digest."""
     folder = Path(folder)
-    write_json(folder / SEAL, {"files": _digest(folder)}, sort_keys=True)
+    write_json(folder / SEAL, {**facts, "files": _digest(folder)}, sort_keys=True)
+
+
+def seal_facts(folder: str | os.PathLike) -> dict:
+    """The facts a whole sealed folder was sealed with ({} when it is not whole: check_seal says why)."""
+    if check_seal(folder) is not None:
+        return {}
+    recorded = json.loads((Path(folder) / SEAL).read_text(encoding="utf-8"))
+    return {k: v for k, v in recorded.items() if k != "files"}
 
 
 def seal_digest(folder: str | os.PathLike) -> str:

@@ -9,7 +9,8 @@
       tensorboard/             summaries and profiler traces (tfpipe.monitoring)
 
 Beside it, outside every DVC output, the shelf `<project>/.tfpipe/resume/<fingerprint>/` mirrors the checkpoints
-folder of a training that has not finished (hard links, after every save). `dvc exp run` checks out the last
+folder of a training that has not finished (hard links, after every save), and `<fingerprint>.saved_model/` its
+sealed export once made (a run killed while logging the model may already record that export's digest). `dvc exp run` checks out the last
 committed `models/` over an interrupted one before it runs the stages again (`persist` keeps an output across
 `dvc repro` only), and a queued or `--temp` experiment runs in a copy that is deleted: the shelf is what the same
 command finds there and resumes from. A finished training removes its shelf.
@@ -41,6 +42,7 @@ RUN_ID_FILE = "mlflow_run_id.txt"  # in checkpoints/: the MLflow run these check
 TRAINING_STATE = "training_state.json"
 SHELF = Path(".tfpipe") / "resume"  # under the project root: the shelves of unfinished trainings
 WEIGHTS_FILE = "weights.sha256"
+EXPORT_SUFFIX = ".saved_model"  # beside a shelf: the export of a training killed before its run finished
 
 
 def fingerprint(cfg, manifest_digest: str) -> str:
@@ -84,6 +86,11 @@ class WorkDir:
         if shelved is None:
             return None
         files.mirror(shelved, self.checkpoint_dir, last="checkpoint")
+        kept_export = self._export_shelf(fingerprint)
+        if (
+            kept_export is not None and files.check_seal(kept_export) is None
+        ):  # an attempt killed after its export
+            files.link_tree(kept_export, self.saved_model_dir)
         log.info("resuming the interrupted training kept in %s (%s held another run)", shelved, self.path)
         return files.read_line(self.checkpoint_dir / RUN_ID_FILE)
 
@@ -113,9 +120,24 @@ class WorkDir:
             files.write_text(self.path / WEIGHTS_FILE, weights_sha256 + "\n")
         if self._shelf is not None:  # finished: nothing left to resume
             shutil.rmtree(self._shelf, ignore_errors=True)
+            shutil.rmtree(self._shelf.with_name(self._shelf.name + EXPORT_SUFFIX), ignore_errors=True)
 
     def _shelf_for(self, fingerprint: str) -> Optional[Path]:
         return self.shelf_root / fingerprint[:32] if self.shelf_root is not None else None
+
+    def _export_shelf(self, fingerprint: str) -> Optional[Path]:
+        shelf = self._shelf_for(fingerprint)
+        return None if shelf is None else shelf.with_name(shelf.name + EXPORT_SUFFIX)
+
+    def keep_export(self) -> None:
+        """Link the chief's sealed export onto the shelf: a run killed while it logs the model resumes, after DVC
+        restored another models/ over this one, with the very export (and digest) it may have recorded."""
+        if self._shelf is None or self._scratch is not None:
+            return
+        kept = self._shelf.with_name(self._shelf.name + EXPORT_SUFFIX)
+        weights = files.seal_facts(self.saved_model_dir).get("weights_sha256")
+        if weights and files.seal_facts(kept).get("weights_sha256") != weights:
+            files.link_tree(self.saved_model_dir, kept)
 
     def _shelve(self) -> None:
         """Mirror the chief's checkpoints folder onto this training's shelf (links: no bytes copied)."""

@@ -30,6 +30,26 @@ def _function(target: str, key: str = "model.builder"):
         raise ConfigError(f"{key}={target}: cannot be imported ({one_line(exc, 200)})") from None
 
 
+def check_arguments(model_cfg) -> None:
+    """model.builder (and model.fit) importable, and model.params arguments the builder takes: what can refuse a
+    team's model without building it (a build before the seed is set would shift layer names and first weights)."""
+    import inspect
+
+    target = model_cfg.builder
+    function = _function(target)
+    fitter(model_cfg)
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # no Python signature (a C function): the call itself says
+        return
+    try:
+        signature.bind(None, **dict(model_cfg.params or {}))
+    except TypeError as exc:
+        raise ConfigError(
+            f"model.builder={target}: {one_line(exc, 200)} (model.params are its arguments)"
+        ) from None
+
+
 def build(cfg, inputs: ModelInputs) -> keras.Model:
     """The team's network on the training input, ending in tfpipe's float32 softmax over the classes."""
     target, num_classes = cfg.model.builder, inputs.num_classes

@@ -44,7 +44,10 @@ def _probabilities(model: keras.Model, inputs) -> dict:
 def export_saved_model(model: keras.Model, export_dir, **kwargs) -> None:
     """Write `model` as a SavedModel at export_dir: into a temporary sibling, sealed (files.seal) and renamed
     into place when whole, so a kill at any moment leaves the old sealed model or none; a full or read-only
-    disk stops with one line (files.saving); temporary siblings of an interrupted export are removed first."""
+    disk stops with one line (files.saving); temporary siblings of an interrupted export are removed first.
+    `weights_sha256`: the model's weights digest, sealed with it (files.seal_facts), so that a run resumed after
+    a kill recognises the export it already made from these weights and keeps it (TensorFlow writes another
+    saved_model.pb for the same weights in another process: its function names count the process's graphs)."""
     export_dir = Path(export_dir)
     for kind in ("tmp", "old"):
         for stale in export_dir.parent.glob(f".{export_dir.name}.{kind}-*"):
@@ -61,6 +64,7 @@ def _export_saved_model(
     image_shape: Optional[Sequence[int]] = None,
     vectorizer=None,
     class_names: Sequence[str],
+    weights_sha256: Optional[str] = None,
 ) -> None:
     """Write `model` as a SavedModel at export_dir (atomically replacing an existing one)."""
     export_dir = Path(export_dir)
@@ -100,7 +104,7 @@ def _export_saved_model(
         out = staging / "saved_model"
         tf.saved_model.save(module, str(out), signatures={SIGNATURE: serve.get_concrete_function()})
         save_weights_by_path(model, out / WEIGHTS_FILE)  # what a warm start (train.init_from) reads
-        files.seal(out)  # written last, checked at load (evaluation.check_complete)
+        files.seal(out, **({"weights_sha256": weights_sha256} if weights_sha256 else {}))  # written last, checked at load (evaluation.check_complete)
         _replace_dir(out, export_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

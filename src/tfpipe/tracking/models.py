@@ -117,7 +117,9 @@ def _record_digest(run_id: str, digest: str) -> None:
 
 def log_pyfunc_model(
     run, saved_model_dir, *, modality: str, input_example: Any, class_names: list, name: str
-):
+) -> str:
+    """The SavedModel logged as the run's model `name`; returns its model URI (`models:/<id>`). Once per run: an
+    earlier attempt of the same run (killed after recording the digest) is recognised and its upload reused."""
     import mlflow
     import mlflow.pyfunc
 
@@ -130,12 +132,16 @@ def log_pyfunc_model(
     active = mlflow.active_run()
     if active is None or active.info.run_id != run.run_id:
         raise TrackingError(f"log_model: run {run.run_id} is not the active MLflow run (was it closed?)")
-    _record_digest(run.run_id, files.seal_digest(saved_model_dir))
+    digest = files.seal_digest(saved_model_dir)
+    _record_digest(run.run_id, digest)
+    done = _earlier_attempt(run, name, digest)
+    if done is not None:  # an attempt killed after its upload, before the run finished
+        return f"models:/{done}"
     signature, example = signature_and_example(modality, input_example, list(class_names))
     with tempfile.TemporaryDirectory(prefix="tfpipe-model-") as tmp:
         names_file = Path(tmp) / "class_names.json"
         names_file.write_text(json.dumps(list(class_names)), encoding="utf-8")
-        return mlflow.pyfunc.log_model(
+        info = mlflow.pyfunc.log_model(
             name=name,
             python_model=str(SERVING_MODEL_FILE),
             artifacts={"saved_model": str(saved_model_dir), "class_names": str(names_file)},
@@ -149,3 +155,25 @@ def log_pyfunc_model(
                 "column per class name, in class_names order",
             },
         )
+    return info.model_uri
+
+
+def _earlier_attempt(run, name: str, digest: str):
+    """The id of this run's logged model `name` of this digest that an earlier attempt finished uploading (READY),
+    or None; what an attempt killed mid-upload left (PENDING, FAILED) is deleted, so the run holds one model."""
+    from mlflow.entities import LoggedModelStatus
+
+    from tfpipe.tracking.model_uri import DIGEST_PARAM
+
+    found = run.client.search_logged_models(
+        experiment_ids=[run.experiment_id], filter_string=f"source_run_id = '{run.run_id}'"
+    )
+    done = None
+    for model in found:
+        if model.name != name:
+            continue
+        if model.status == LoggedModelStatus.READY and model.params.get(DIGEST_PARAM) == digest:
+            done = done or model.model_id
+        elif model.status != LoggedModelStatus.READY:
+            run.client.delete_logged_model(model.model_id)
+    return done

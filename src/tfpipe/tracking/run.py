@@ -253,7 +253,7 @@ class Run:
         input example is validated by MLflow (loads + predicts once)."""
         from tfpipe.tracking.models import log_pyfunc_model
 
-        info = log_pyfunc_model(
+        uri = log_pyfunc_model(
             self,
             saved_model_dir,
             modality=modality,
@@ -261,8 +261,8 @@ class Run:
             class_names=list(class_names),
             name=name,
         )
-        self.set_tags({"model_uri": info.model_uri})
-        return info.model_uri
+        self.set_tags({"model_uri": uri})
+        return uri
 
 
 class NullRun(Run):

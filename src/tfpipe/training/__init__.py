@@ -14,7 +14,7 @@ trainer / controller) and Lightning (callbacks):
 
 from tfpipe.hooks import EPOCH_METRICS, STEP_METRICS, MetricsSink
 from tfpipe.training.optim import WarmupSchedule, lr_scale, make_lr_schedule, make_optimizer
-from tfpipe.training.task import InputSpec, batches_per_pipeline
+from tfpipe.training.task import InputSpec, batches_per_pipeline, preflight
 from tfpipe.training.trainer import TrainResult, train
 
 __all__ = [
@@ -28,5 +28,6 @@ __all__ = [
     "lr_scale",
     "make_lr_schedule",
     "make_optimizer",
+    "preflight",
     "train",
 ]

@@ -51,6 +51,24 @@ class InputSpec:
         return make_text_vectorizer(self.vocab_tokens, self.sequence_length, self.standardize)
 
 
+def preflight(cfg, manifest: dict, prepared_dir: Path) -> None:
+    """What can refuse a training, checked before the stage opens a run or clears a folder: the manifest against
+    the config, and a team's builder against model.params (read, not built)."""
+    spec = read_input_spec(cfg, manifest, prepared_dir)
+    per_replica = int(cfg.train.batch_size_per_replica)
+    if (
+        spec.num_train_examples < per_replica
+    ):  # fewer than one replica's batch: no strategy gives a full batch
+        raise DataError(
+            f"{prepared_dir}: train split gives no full batch of {per_replica} ({spec.num_train_examples} "
+            "examples); lower train.batch_size_per_replica"
+        )
+    if getattr(cfg.model, "builder", None):
+        from tfpipe.models import custom
+
+        custom.check_arguments(cfg.model)
+
+
 def read_input_spec(cfg, manifest: dict, prepared_dir: Path) -> InputSpec:
     """The manifest's facts, checked against the config (modality, image shape, text standardisation)."""
     modality = manifest.get("modality", cfg.dataset.modality)
@@ -177,7 +195,7 @@ class Task:
         """The remaining training epochs back to back, resumable at any batch (data.make_train_stream)."""
         return _StreamFn(self, start_epoch, batches_per_epoch, skip_batches)
 
-    def export(self, model: keras.Model, directory: Path) -> None:
+    def export(self, model: keras.Model, directory: Path, weights_sha256: Optional[str] = None) -> None:
         spec = self.spec
         export_saved_model(
             model,
@@ -186,6 +204,7 @@ class Task:
             image_shape=spec.image_shape,
             vectorizer=spec.vectorizer() if spec.modality == "text" else None,
             class_names=spec.class_names,
+            weights_sha256=weights_sha256,
         )
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from tfpipe import determinism, distribute, monitoring, precision, progress
+from tfpipe import determinism, distribute, files, monitoring, precision, progress
 from tfpipe.hooks import CheckpointHook, Hook, MetricsSink, SinkHook
 from tfpipe.models import warmstart
 from tfpipe.training.epochs import EpochLayersHook
@@ -115,6 +115,18 @@ def _model_hooks(tc, steps, runner, warm, start_epoch: int) -> list:
     return hooks + ([steps.early_stopping] if steps.early_stopping else [])
 
 
+def _export(task, model, workdir: WorkDir) -> str:
+    """The SavedModel of the model's weights (returns their digest): kept when an earlier attempt of this training
+    already exported exactly them (killed before its run finished: the run may record that export's digest)."""
+    weights = determinism.weights_sha256(model)
+    if files.seal_facts(workdir.export_dir).get("weights_sha256") == weights:
+        log.info("kept %s: an earlier attempt exported these very weights", workdir.export_dir)
+    else:
+        task.export(model, workdir.export_dir, weights_sha256=weights)
+    workdir.keep_export()
+    return weights
+
+
 def _train(
     cfg, task, strategy, policy: str, workdir: WorkDir, sink, extra_hooks: list, init_weights
 ) -> TrainResult:
@@ -153,7 +165,7 @@ def _train(
     steps.finalize_weights()
     history = workdir.history
     final = _final_metrics(history, runner, best_epoch)
-    task.export(steps.model, workdir.export_dir)
+    weights = _export(task, steps.model, workdir)
     workdir.close()
     return TrainResult(
         history=history,
@@ -170,7 +182,7 @@ def _train(
         initial_epoch=start_epoch,
         resumed=resumed,
         resumed_at_step=resumed_at_step,
-        weights_sha256=determinism.weights_sha256(steps.model),
+        weights_sha256=weights,
         workdir=workdir,
         warm_start=warm,
         early_stopping=steps.early_stopping.summary() if steps.early_stopping else None,
