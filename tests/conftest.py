@@ -82,6 +82,147 @@ def _no_outputs_in_the_checkout():
     assert not made, f"the test wrote {made} into the checkout {ROOT}"
 
 
+# ----------------------------------------------------------------------------- the checkout, watched
+# The per-test guard above sees only a NEW output. The session guard below also sees one written to: it
+# snapshots the checkout's outputs, params.yaml, dvc.lock and `git status` when the session starts (on the
+# xdist controller, or the one process without xdist) and fails the session when any of them differ at its
+# end.
+
+_WATCHED_FILES = ("params.yaml", "dvc.lock")
+_SESSION_SNAPSHOT = pytest.StashKey[dict]()
+
+
+def checkout_snapshot(root: Path = ROOT) -> dict:
+    """What a test must never change in `root`: {name: state}, each of CHECKOUT_OUTPUTS that exists as the
+    sorted (relative path, size, mtime_ns) of everything under it, params.yaml and dvc.lock as (size,
+    mtime_ns), and `git status --porcelain` (read without taking git's index lock). Stats only: milliseconds
+    for a usual tree."""
+    import subprocess
+
+    snapshot = {}
+    for name in (*CHECKOUT_OUTPUTS, *_WATCHED_FILES):
+        path = root / name
+        if not os.path.lexists(path):
+            continue
+        entries = [_stat_entry(path, name)]
+        if path.is_dir():
+            for folder, dirs, files in os.walk(path):
+                dirs.sort()
+                for entry in sorted([*dirs, *files]):
+                    full = os.path.join(folder, entry)
+                    entries.append(_stat_entry(Path(full), os.path.relpath(full, root)))
+        snapshot[name] = entries
+    proc = subprocess.run(
+        ["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=all"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode == 0:  # not a git checkout (an unpacked sdist): the files above only
+        snapshot["git status"] = sorted(proc.stdout.splitlines())
+    return snapshot
+
+
+def _stat_entry(path: Path, name: str) -> tuple:
+    st = os.lstat(path)
+    return (name, st.st_size if not path.is_dir() or path.is_symlink() else 0, st.st_mtime_ns)
+
+
+def snapshot_changes(before: dict, after: dict) -> list:
+    """The names whose state differs between two `checkout_snapshot`s, each with its first difference."""
+    changed = []
+    for name in sorted(set(before) | set(after), key=str):
+        old, new = before.get(name), after.get(name)
+        if old == new:
+            continue
+        if old is None or new is None:
+            changed.append(f"{name} ({'made' if old is None else 'removed'})")
+        elif name == "git status":
+            diff = sorted(
+                [f"+{x.strip()}" for x in set(new) - set(old)]
+                + [f"-{x.strip()}" for x in set(old) - set(new)]
+            )
+            changed.append(f"git status ({'; '.join(diff[:3])}{' ...' if len(diff) > 3 else ''})")
+        else:
+            diff = sorted({e[0] for e in set(old) ^ set(new)})
+            changed.append(f"{name} ({', '.join(diff[:3])}{' ...' if len(diff) > 3 else ''})")
+    return changed
+
+
+def pytest_sessionstart(session):
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller watches the whole run
+        return
+    session.config.stash[_SESSION_SNAPSHOT] = checkout_snapshot()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    before = session.config.stash.get(_SESSION_SNAPSHOT, None)
+    if before is None:
+        return
+    changed = snapshot_changes(before, checkout_snapshot())
+    if not changed:
+        return
+    line = f"the checkout {ROOT} changed during the test session (a test wrote it?): {'; '.join(changed)}"
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write("\n")  # after the progress line's [100%]
+        reporter.write_line(line, red=True, bold=True)
+    else:
+        import sys
+
+        print(line, file=sys.stderr)
+    if session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# ----------------------------------------------------------------------------- projects for stage CLIs
+
+
+def committed_text(name: str) -> str:
+    """The file `name` (relative to the checkout) as committed at HEAD, not as the workspace holds it now:
+    after `dvc exp apply` the workspace's params.yaml is an experiment's. The workspace's file where there is
+    no git."""
+    import subprocess
+
+    proc = subprocess.run(
+        ["git", "--no-optional-locks", "show", f"HEAD:{name}"], cwd=ROOT, capture_output=True, text=True
+    )
+    return proc.stdout if proc.returncode == 0 else (ROOT / name).read_text(encoding="utf-8")
+
+
+SCRATCH_CONTENTS = {"conf", "params.yaml"}
+
+
+@pytest.fixture(scope="session")
+def scratch_project(tmp_path_factory) -> Path:
+    """A project root for the tests that run a stage's command line (in-process or as a process) expecting it
+    to refuse or answer before any work: conf/ copied and the committed params.yaml (`committed_text`),
+    nothing else. A stage wrongly reached there writes its mlflow.db, models/ and metrics/ there, never in the
+    user's checkout, and reads the committed params, never an experiment's. Use it through `scratch_root`."""
+    import shutil
+
+    project = tmp_path_factory.mktemp("scratch_project")
+    shutil.copytree(ROOT / "conf", project / "conf", ignore=shutil.ignore_patterns("__pycache__"))
+    (project / "params.yaml").write_text(committed_text("params.yaml"), encoding="utf-8")
+    return project
+
+
+@pytest.fixture
+def scratch_root(scratch_project, monkeypatch) -> Path:
+    """`scratch_project`, also the working folder during the test (a path a stage resolves against the working
+    folder lands there too). After the test it must hold only conf/ and params.yaml: anything else was written
+    by a stage that ran (removed, so the next test starts clean, and the test fails)."""
+    import shutil
+
+    monkeypatch.chdir(scratch_project)
+    yield scratch_project
+    made = sorted(p.name for p in scratch_project.iterdir() if p.name not in SCRATCH_CONTENTS)
+    for name in made:
+        path = scratch_project / name
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    assert not made, f"a stage ran: the test wrote {made} into its scratch project {scratch_project}"
+
+
 @pytest.fixture
 def mount_tmpfs():
     """mount_tmpfs(path): a real tmpfs mounted at `path` (created), unmounted after the test. Needs root:

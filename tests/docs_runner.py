@@ -1,7 +1,12 @@
 """Runs a documentation page's examples the way a reader would: its fenced blocks, in page order, verbatim.
 
 What it knows: the markers a page puts before a block (`<!-- docs-test: ... -->`):
-- `run`: a bash block (or a Python one, fed to `python -`) runs with bash, `set -euo pipefail`; it must exit 0.
+- `run`: a bash block (or a Python one, fed to `python -`) runs with bash, `set -euo pipefail` and
+  `shopt -s inherit_errexit`; it must exit 0. Stricter than errexit alone, a failure that bash lets pass fails
+  the block too (`run_block`): a top-level command that ends with a non-zero status (`false && echo hi`, whose
+  `false` errexit ignores, or `! cmd`), and a failing command inside `$(...)` whose status bash drops (`echo
+  "$(false)"`), or in `<(...)` or a `( ... ) &`. What a reader writes to allow a failure still passes: `cmd ||
+  true`, `if cmd; then ...; fi`, `out=$(cmd) || ...`.
   The page is one terminal session: a block starts in the folder and with the exported variables the block
   before it left (a reader pastes them into one terminal), the first in the page's start folder.
 - `not run: WHY`: the block is shown only; WHY says what it needs that a test machine has not.
@@ -85,14 +90,61 @@ def with_free_ports(text: str) -> str:
     return ui.sub(lambda m: m[0] if "--port" in m[1] else f"{m[1]} --port {free[5000]}{m[2]}", text)
 
 
+# After each top-level command of a block: its status must be 0 (errexit does not stop on `false && echo hi`,
+# nor on `! cmd`), and no command substitution (or other subshell) may have failed: `echo "$(false)"` drops
+# the status of `false`, so the ERR trap, inherited by subshells (`set -E`), leaves a mark for this check to
+# find. ERR is not raised where bash ignores a failure (`cmd || true`, `if cmd`), in subshells too. `set +e`
+# turns the check off.
+CHECK = "__docs_ok"
+CHECK_FUNCTION = """__docs_ok() {
+  local status=$?
+  if [[ -e "$__docs_mark" ]]; then
+    echo "docs-test: a command inside \\$(...), <(...) or a subshell failed (the line's status hid it)" >&2
+    exit 1
+  fi
+  if (( status )) && [[ $- == *e* ]]; then
+    echo "docs-test: the command above ended with status $status (a command before && or a ! failed)" >&2
+    exit "$status"
+  fi
+}
+"""
+
+
+def top_level_commands(lines: list) -> list:
+    """`lines` grouped into the block's top-level commands (an `if ... fi`, a here-document with its body, a
+    quoted string over lines: one each), as bash itself parses them (`bash -n`); a group bash cannot parse
+    ends the block as it is, for the run to report."""
+    groups, pending = [], []
+    for line in lines:
+        pending.append(line)
+        check = subprocess.run(["bash", "-n", "-c", "\n".join(pending)], capture_output=True, text=True)
+        if check.returncode == 0 and not check.stderr:  # an open here-document is only a warning
+            groups.append(pending)
+            pending = []
+    return groups + ([pending] if pending else [])
+
+
+def _checked(lines: list) -> list:
+    """`lines` with the CHECK after each top-level command (not after blank lines or comments)."""
+    out = []
+    for group in top_level_commands(lines):
+        out += group
+        if any(line.strip() and not line.strip().startswith("#") for line in group):
+            out.append(CHECK)
+    return out
+
+
 def script(body: str, lang: str, state: Path) -> str:
-    """The block as a bash script in the page's session; server lines started in the background and waited for."""
-    env, cwd = state / "env", state / "cwd"
+    """The block as a bash script in the page's session; server lines started in the background and waited
+    for; the CHECK after each top-level command."""
+    env, cwd, mark = state / "env", state / "cwd", state / "failed-in-a-subshell"
     session = (
-        f'cd "$(cat {cwd})"; source {env}\ntrap "export -p > {env}; pwd > {cwd}" EXIT\nset -euo pipefail\n'
+        f'cd "$(cat {cwd})"; source {env}\ntrap "export -p > {env}; pwd > {cwd}" EXIT\nset -Eeuo pipefail\n'
+        f'shopt -s inherit_errexit\n__docs_mark={shlex.quote(str(mark))}; rm -f "$__docs_mark"\n'
+        f"trap '[[ $BASHPID == $$ ]] || : > \"$__docs_mark\"' ERR\n{CHECK_FUNCTION}"
     )
     if lang == "python":
-        return f"{session}python - <<'DOCS_TEST_EOF'\n{body}DOCS_TEST_EOF\n"
+        return f"{session}python - <<'DOCS_TEST_EOF'\n{body}DOCS_TEST_EOF\n{CHECK}\n"
     lines = []
     for line in body.replace("\\\n", " ").splitlines():
         if not SERVER.match(line):
@@ -105,15 +157,36 @@ def script(body: str, lang: str, state: Path) -> str:
             f"setsid bash -c {shlex.quote(command)} > {log} 2>&1 & pid=$!; echo $pid >> {state / 'pids'}",
             f"python {state / 'wait.py'} http://127.0.0.1:{port}/health $pid {log}",
         ]
-    return session + "\n".join(lines) + "\n"
+    return session + "\n".join(_checked(lines)) + "\n"
 
 
-def run_page(page: Path, start: Path, env: dict, state: Path) -> list:
-    """Each block of `page` done in order from `start`; returns what the run blocks printed (one per block)."""
+def new_session(state: Path, start: Path) -> None:
+    """A fresh terminal session in `state`: it starts in `start` with no exported variables of its own."""
     state.mkdir(parents=True, exist_ok=True)
     (state / "wait.py").write_text(WAIT)
     (state / "cwd").write_text(str(start))
     (state / "env").write_text("")
+
+
+def run_block(body: str, lang: str, state: Path, start: Path, env: dict) -> tuple:
+    """One `run` block in the session `state` (see `new_session`): (exit status, what it printed, both streams
+    as one, as a terminal shows DVC's lines between the stages' logs)."""
+    proc = subprocess.run(
+        ["bash", "-c", script(body, lang, state)],
+        cwd=start,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=900,
+    )
+    return proc.returncode, proc.stdout
+
+
+def run_page(page: Path, start: Path, env: dict, state: Path) -> list:
+    """Each block of `page` done in order from `start`; returns what the run blocks printed (one per
+    block)."""
+    new_session(state, start)
     outputs, printed = [], ""
     for marker, lang, body in blocks(with_free_ports(page.read_text())):
         marker = marker or ""
@@ -125,17 +198,8 @@ def run_page(page: Path, start: Path, env: dict, state: Path) -> list:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(body)
         elif marker == RUN:
-            proc = subprocess.run(  # one stream, as a terminal shows DVC's lines between the stages' logs
-                ["bash", "-c", script(body, lang, state)],
-                cwd=start,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=900,
-            )
-            printed = proc.stdout
-            assert proc.returncode == 0, f"{page.name}:\n{body}\n{printed[-4000:]}"
+            status, printed = run_block(body, lang, state, start, env)
+            assert status == 0, f"{page.name}:\n{body}\n{printed[-4000:]}"
             outputs.append(printed)
     return outputs
 

@@ -158,21 +158,23 @@ def _prepare_args(source: Path, out: Path, *extra: str) -> list:
     ]
 
 
-def test_prepare_stops_on_a_corrupt_image_naming_it(capsys, image_dir, tmp_path):
+def test_prepare_stops_on_a_corrupt_image_naming_it(capsys, image_dir, scratch_root, tmp_path):
     from tfpipe.stages import run_prepare
 
     source = tmp_path / "src"
     shutil.copytree(image_dir, source)
     bad = source / "train" / "green" / "0002.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n but not an image")
-    code, lines = _stage(capsys, "prepare", run_prepare, _prepare_args(source, tmp_path / "out"), ROOT)
+    code, lines = _stage(
+        capsys, "prepare", run_prepare, _prepare_args(source, tmp_path / "out"), scratch_root
+    )
     assert code == 2 and len(lines) == 1, lines
     assert lines[0].startswith(f"prepare: error: {bad}: unreadable or corrupt image"), lines
     assert "data.on_bad_file=skip" in lines[0]  # what is allowed instead
     assert not (tmp_path / "out").exists()
 
 
-def test_prepare_stops_on_undecodable_text_naming_it(capsys, text_dir, tmp_path):
+def test_prepare_stops_on_undecodable_text_naming_it(capsys, text_dir, scratch_root, tmp_path):
     from tfpipe.stages import run_prepare
 
     source = tmp_path / "src"
@@ -180,7 +182,7 @@ def test_prepare_stops_on_undecodable_text_naming_it(capsys, text_dir, tmp_path)
     bad = source / "train" / "pos" / "77_9.txt"
     bad.write_bytes(b"\xff\xfe caf\xe9 great")
     code, lines = _stage(
-        capsys, "prepare", run_prepare, _prepare_args(source, tmp_path / "out", "dataset=imdb"), ROOT
+        capsys, "prepare", run_prepare, _prepare_args(source, tmp_path / "out", "dataset=imdb"), scratch_root
     )
     assert code == 2 and len(lines) == 1
     assert lines[0].startswith(f"prepare: error: {bad}: ") and "not a UTF-8 text file" in lines[0]

@@ -6,6 +6,11 @@ the real `pipeline.train.run` behind it and data pointed at folders that do not 
 past the checks, the stage would fail on the missing data instead (and `run` would have been called). A
 handful run as real subprocesses (overrides, a bad params.yaml read the way `dvc repro` runs the stage,
 `--debug`, an unreachable MLflow server).
+
+Every case runs in a project of its own (conftest's `scratch_root`: conf/ and the committed params.yaml),
+never in this checkout: a case that is wrongly not refused trains there, not into the user's mlflow.db and
+models/. The bad params files are made from the committed params.yaml, not the workspace's (an experiment's
+after `dvc exp apply`, where the text a case replaces may be missing).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import committed_text
 
 from pipeline import _cli
 from pipeline import train as train_entry
@@ -258,8 +264,9 @@ def _warm_hydra():
     config.compose(["experiment=smoke"], config_dir=ROOT / "conf")
 
 
-def _run_cli(capsys, argv, stage="train"):
-    """`python -m pipeline.<stage> ARGV` in-process: (exit code, stderr lines, seconds, whether run() was reached)."""
+def _run_cli(capsys, argv, root: Path, stage="train"):
+    """`python -m pipeline.<stage> ARGV` in-process in the project `root` (a `scratch_root`, never this
+    checkout): (exit code, stderr lines, seconds, whether run() was reached)."""
     reached = []
 
     def run(cfg, root):  # the real train stage behind a recorder
@@ -268,7 +275,7 @@ def _run_cli(capsys, argv, stage="train"):
 
     capsys.readouterr()
     start = time.monotonic()
-    code = _cli.cli(stage, run, "test", argv, ROOT, configure_logging=False)
+    code = _cli.cli(stage, run, "test", argv, root, configure_logging=False)
     elapsed = time.monotonic() - start
     err = capsys.readouterr().err
     return code, [line for line in err.splitlines() if line.strip()], elapsed, bool(reached)
@@ -287,8 +294,8 @@ def _assert_refused(code, lines, reached, expected, stage="train"):
 
 
 @pytest.mark.parametrize("overrides, expected", BAD_OVERRIDES, ids=[" ".join(o) for o, _ in BAD_OVERRIDES])
-def test_bad_override_is_refused_in_one_line(capsys, cli_env, overrides, expected):
-    code, lines, elapsed, reached = _run_cli(capsys, [*overrides, *NO_DATA])
+def test_bad_override_is_refused_in_one_line(capsys, cli_env, scratch_root, overrides, expected):
+    code, lines, elapsed, reached = _run_cli(capsys, [*overrides, *NO_DATA], scratch_root)
     _assert_refused(code, lines, reached, expected)
     assert elapsed < IN_PROCESS_SECONDS, f"took {elapsed:.2f}s"
 
@@ -299,7 +306,15 @@ def test_the_corpus_is_large_enough():
 
 # ----------------------------------------------------------------------------- bad params.yaml (the DVC path)
 
-GOOD_PARAMS = (ROOT / "params.yaml").read_text(encoding="utf-8")
+GOOD_PARAMS = committed_text("params.yaml")
+
+
+def _replaced(old: str, new: str) -> str:
+    """GOOD_PARAMS with its first `old` replaced by `new`; `old` must be there (else the "bad" file is
+    good)."""
+    assert old in GOOD_PARAMS, f"{old!r} is not in the committed params.yaml: the case would test nothing"
+    return GOOD_PARAMS.replace(old, new, 1)
+
 
 BAD_PARAMS = [
     ("not yaml", "train: [1, 2\n", ["params.yaml", "not valid YAML"]),
@@ -311,18 +326,18 @@ BAD_PARAMS = [
     ),
     (
         "wrong type",
-        GOOD_PARAMS.replace("epochs: 3", "epochs: three", 1),
+        _replaced("epochs: 3", "epochs: three"),
         ["train.epochs", "'three'", "expected an integer"],
     ),
     ("section not a mapping", GOOD_PARAMS + "tracking: 5\n", ["tracking", "expected a mapping", "5"]),
     (
         "unknown nested key",
-        GOOD_PARAMS.replace("  name: adam", "  name: adam\n    betas: 2", 1),
+        _replaced("  name: adam", "  name: adam\n    betas: 2"),
         ["train.optimizer.betas=2", "unknown config key", "allowed keys under 'train.optimizer'"],
     ),
     (
         "bad value",
-        GOOD_PARAMS.replace("policy: auto", "policy: float64", 1),
+        _replaced("policy: auto", "policy: float64"),
         [
             "precision.policy='float64'",
             "did you mean 'float32'",
@@ -335,24 +350,24 @@ BAD_PARAMS = [
 @pytest.mark.parametrize(
     "text, expected", [(t, e) for _, t, e in BAD_PARAMS], ids=[i for i, _, _ in BAD_PARAMS]
 )
-def test_bad_params_file_is_refused_in_one_line(capsys, cli_env, tmp_path, text, expected):
+def test_bad_params_file_is_refused_in_one_line(capsys, cli_env, scratch_root, tmp_path, text, expected):
     params = tmp_path / "params.yaml"
     params.write_text(text, encoding="utf-8")
-    code, lines, elapsed, reached = _run_cli(capsys, ["--params", str(params)])
+    code, lines, elapsed, reached = _run_cli(capsys, ["--params", str(params)], scratch_root)
     _assert_refused(code, lines, reached, expected)
     assert elapsed < IN_PROCESS_SECONDS
 
 
-def test_missing_params_file(capsys, cli_env, tmp_path):
-    code, lines, _, reached = _run_cli(capsys, ["--params", str(tmp_path / "nope.yaml")])
+def test_missing_params_file(capsys, cli_env, scratch_root, tmp_path):
+    code, lines, _, reached = _run_cli(capsys, ["--params", str(tmp_path / "nope.yaml")], scratch_root)
     _assert_refused(code, lines, reached, ["nope.yaml", "config file not found", "run from the project root"])
 
 
-def test_good_params_pass_the_checks():
+def test_good_params_pass_the_checks(scratch_project):
     """The committed params.yaml and the smoke preset are accepted (the corpus refuses only what is bad)."""
     from tfpipe import config
 
-    cfg = config.load_params(ROOT / "params.yaml")
+    cfg = config.load_params(scratch_project / "params.yaml")  # committed_text's, not the workspace's
     preflight.check_devices(cfg)
     preflight.check_tf_config(cfg, {})
     config.compose(
@@ -444,7 +459,9 @@ BAD_HOST = [
 
 
 @pytest.mark.parametrize("env, overrides, expected", [c[1:] for c in BAD_HOST], ids=[c[0] for c in BAD_HOST])
-def test_config_the_host_cannot_run_is_refused_in_one_line(capsys, cli_env, env, overrides, expected):
+def test_config_the_host_cannot_run_is_refused_in_one_line(
+    capsys, cli_env, scratch_root, env, overrides, expected
+):
     if "/gpu:0" in " ".join(overrides) and preflight.physical_gpus():
         pytest.skip("this host has a GPU")
     if "strategy=tpu" in overrides and preflight.local_tpu_present():
@@ -452,7 +469,7 @@ def test_config_the_host_cannot_run_is_refused_in_one_line(capsys, cli_env, env,
     port = _closed_port()
     for name, value in env.items():
         cli_env.setenv(name, value.replace("{port}", str(port)))
-    code, lines, elapsed, reached = _run_cli(capsys, [*overrides, *NO_DATA])
+    code, lines, elapsed, reached = _run_cli(capsys, [*overrides, *NO_DATA], scratch_root)
     _assert_refused(code, lines, reached, expected)
     assert elapsed < 30.0, f"took {elapsed:.2f}s"  # generous: the tracking probe imports mlflow
 
@@ -468,7 +485,9 @@ def _env(**extra) -> dict:
     return env
 
 
-def _spawn(args, cwd=ROOT, **env):
+def _spawn(args, cwd: Path, **env):
+    """`python -m ARGS` in `cwd` (a `scratch_root` or a tmp project, never this checkout, with this checkout's
+    code on PYTHONPATH): (the finished process, seconds)."""
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", *args], cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=120
@@ -476,8 +495,8 @@ def _spawn(args, cwd=ROOT, **env):
     return proc, time.monotonic() - start
 
 
-def test_real_cli_refuses_a_bad_override_fast():
-    proc, elapsed = _spawn(["pipeline.train", "train.optimizer.lr=0.1", *NO_DATA])
+def test_real_cli_refuses_a_bad_override_fast(scratch_root):
+    proc, elapsed = _spawn(["pipeline.train", "train.optimizer.lr=0.1", *NO_DATA], scratch_root)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         "train: error: train.optimizer.lr=0.1: unknown config key (did you mean 'train.optimizer.learning_rate'?); "
@@ -490,15 +509,15 @@ def test_real_cli_refuses_a_bad_override_fast():
 def test_real_cli_refuses_a_bad_params_yaml_as_dvc_runs_it(tmp_path):
     """`dvc repro` runs `python -m pipeline.train` in the project root, which reads params.yaml."""
     shutil.copytree(ROOT / "conf", tmp_path / "conf")
-    (tmp_path / "params.yaml").write_text(GOOD_PARAMS.replace("epochs: 3", "epochs: -3", 1), encoding="utf-8")
+    (tmp_path / "params.yaml").write_text(_replaced("epochs: 3", "epochs: -3"), encoding="utf-8")
     proc, _ = _spawn(["pipeline.train"], cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == ["train: error: train.epochs=-3: must be > 0"]
     assert not (tmp_path / "run.json").exists() and not (tmp_path / "models").exists()
 
 
-def test_real_cli_unknown_flag_is_one_line():
-    proc, _ = _spawn(["pipeline.train", "--bogus"])
+def test_real_cli_unknown_flag_is_one_line(scratch_root):
+    proc, _ = _spawn(["pipeline.train", "--bogus"], scratch_root)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         "python -m pipeline.train: error: unrecognized arguments: --bogus (see --help)"
@@ -506,24 +525,26 @@ def test_real_cli_unknown_flag_is_one_line():
 
 
 @pytest.mark.parametrize("how", ["--debug", "TFPIPE_DEBUG=1"])
-def test_debug_shows_the_traceback(how):
+def test_debug_shows_the_traceback(scratch_root, how):
     args = ["pipeline.train", "train.epochs=0"]
     env = {}
     if how == "--debug":
         args.append("--debug")
     else:
         env["TFPIPE_DEBUG"] = "1"
-    proc, _ = _spawn(args, **env)
+    proc, _ = _spawn(args, scratch_root, **env)
     assert proc.returncode == 1
     assert "Traceback (most recent call last)" in proc.stderr
     assert "tfpipe.errors.ConfigError: train.epochs=0: must be > 0" in proc.stderr
 
 
 @pytest.mark.slow  # starts processes
-def test_real_cli_unreachable_mlflow_fails_fast_before_the_data():
+def test_real_cli_unreachable_mlflow_fails_fast_before_the_data(scratch_root):
     port = _closed_port()
     proc, elapsed = _spawn(
-        ["pipeline.train", "experiment=smoke", *NO_DATA], MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}"
+        ["pipeline.train", "experiment=smoke", *NO_DATA],
+        scratch_root,
+        MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}",
     )
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [

@@ -255,12 +255,14 @@ def test_pixel_hash_is_not_file_bytes_and_near_pairs_respect_the_threshold():
     ]
 
 
-def _cli(capsys, argv):
+def _cli(capsys, argv, root: Path):
+    """The prepare stage's command line in-process, in the project `root` (a `scratch_root`, never this
+    checkout): (exit code, stderr lines without the progress bar)."""
     from tfpipe.commands.entry import cli
     from tfpipe.stages import run_prepare
 
     capsys.readouterr()
-    code = cli("prepare", run_prepare, "test", argv, ROOT, configure_logging=False)
+    code = cli("prepare", run_prepare, "test", argv, root, configure_logging=False)
     lines = [x.split("\r")[-1] for x in capsys.readouterr().err.splitlines()]
     return code, [x for x in lines if x.strip() and not x.startswith("prepare ")]
 
@@ -276,8 +278,12 @@ def _argv(source: Path, out: Path, *extra: str) -> list:
     ]
 
 
-def test_leakage_fail_stops_prepare_in_one_line_and_writes_nothing(capsys, image_trees, tmp_path):
-    code, lines = _cli(capsys, _argv(image_trees[1], tmp_path / "out", "data.validation.leakage=fail"))
+def test_leakage_fail_stops_prepare_in_one_line_and_writes_nothing(
+    capsys, scratch_root, image_trees, tmp_path
+):
+    code, lines = _cli(
+        capsys, _argv(image_trees[1], tmp_path / "out", "data.validation.leakage=fail"), scratch_root
+    )
     assert code == 2 and len(lines) == 1, lines
     assert lines[0].startswith("prepare: error: data.validation.leakage=fail: 3 test examples duplicate"), (
         lines
@@ -298,8 +304,12 @@ def test_leakage_fail_stops_prepare_in_one_line_and_writes_nothing(capsys, image
         ("data.validation.max_oov_increase=1.5", "data.validation.max_oov_increase=1.5"),
     ],
 )
-def test_bad_policy_or_threshold_is_refused_before_anything_is_read(capsys, tmp_path, override, key):
-    code, lines = _cli(capsys, _argv(tmp_path / "does-not-exist", tmp_path / "out", *override.split()))
+def test_bad_policy_or_threshold_is_refused_before_anything_is_read(
+    capsys, scratch_root, tmp_path, override, key
+):
+    code, lines = _cli(
+        capsys, _argv(tmp_path / "does-not-exist", tmp_path / "out", *override.split()), scratch_root
+    )
     assert code == 2 and len(lines) == 1 and key in lines[0], lines
     assert not (tmp_path / "out").exists()
 
@@ -559,7 +569,7 @@ def test_drift_finds_the_planted_oov_jump(text_trees, text_reports, tmp_path):
     assert line == f"test: oov_rate: reference {before:.4f}, now {after:.4f}" and after - before > 0.02
 
 
-def test_drift_fail_stops_prepare_in_one_line(capsys, image_trees, image_reports, tmp_path):
+def test_drift_fail_stops_prepare_in_one_line(capsys, scratch_root, image_trees, image_reports, tmp_path):
     skewed = tmp_path / "skewed"
     shutil.copytree(image_trees[0], skewed)
     for path in sorted((skewed / "test" / "red").iterdir())[1:]:
@@ -568,7 +578,7 @@ def test_drift_fail_stops_prepare_in_one_line(capsys, image_trees, image_reports
     argv = _argv(
         skewed, tmp_path / "out", f"data.validation.reference={reference}", "data.validation.drift=fail"
     )
-    code, lines = _cli(capsys, argv)
+    code, lines = _cli(capsys, argv, scratch_root)
     assert code == 2 and len(lines) == 1, lines
     assert lines[0] == (
         "prepare: error: data.validation.drift=fail: test: share of class 'red': reference 0.3333, now 0.1429; "
@@ -577,10 +587,14 @@ def test_drift_fail_stops_prepare_in_one_line(capsys, image_trees, image_reports
     assert not (tmp_path / "out").exists()
 
 
-def test_a_missing_or_foreign_reference_is_refused_before_anything_is_read(capsys, image_reports, tmp_path):
+def test_a_missing_or_foreign_reference_is_refused_before_anything_is_read(
+    capsys, scratch_root, image_reports, tmp_path
+):
     missing = tmp_path / "nope.json"
     code, lines = _cli(
-        capsys, _argv(tmp_path / "no-data", tmp_path / "out", f"data.validation.reference={missing}")
+        capsys,
+        _argv(tmp_path / "no-data", tmp_path / "out", f"data.validation.reference={missing}"),
+        scratch_root,
     )
     assert (
         code == 2 and len(lines) == 1 and "data.validation.reference=" in lines[0] and "not found" in lines[0]
@@ -589,7 +603,7 @@ def test_a_missing_or_foreign_reference_is_refused_before_anything_is_read(capsy
     argv = _argv(
         tmp_path / "no-data", tmp_path / "out", f"data.validation.reference={image_report}", "dataset=imdb"
     )
-    code, lines = _cli(capsys, argv)
+    code, lines = _cli(capsys, argv, scratch_root)
     assert (
         code == 2 and len(lines) == 1 and "a report of image data, but dataset 'imdb' is text" in lines[0]
     ), lines

@@ -128,7 +128,7 @@ def test_split_or_class_folder_linking_out_of_the_root_is_a_layout_error(text_co
     )
 
 
-def test_prepare_stage_exits_2_with_one_line_naming_the_link(capsys, text_copy):
+def test_prepare_stage_exits_2_with_one_line_naming_the_link(capsys, text_copy, scratch_root):
     from pipeline import _cli
     from tfpipe.stages import run_prepare
 
@@ -143,7 +143,7 @@ def test_prepare_stage_exits_2_with_one_line_naming_the_link(capsys, text_copy):
         f"data.output_dir={text_copy.parent / 'out'}",
     ]
     capsys.readouterr()
-    code = _cli.cli("prepare", run_prepare, "test", argv, ROOT, configure_logging=False)
+    code = _cli.cli("prepare", run_prepare, "test", argv, scratch_root, configure_logging=False)
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("prepare: error:")]
     assert code == 2
     assert lines == [
