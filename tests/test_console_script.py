@@ -1,4 +1,8 @@
-"""`tfpipe <subcommand>` runs the same code as `python -m pipeline.<name>`: same one-line errors, same exit codes."""
+"""`tfpipe <subcommand>` runs the same code as `python -m pipeline.<name>`: same one-line errors, same exit codes.
+
+Every command runs in a project of its own (conftest's `scratch_root`: conf/ and the committed params.yaml),
+this checkout's code on PYTHONPATH, never in this checkout: a command that wrongly got past its check writes
+there (and the test fails), and reads the committed params, never an applied experiment's."""
 
 from __future__ import annotations
 
@@ -13,9 +17,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(args, cwd=ROOT):
+def _run(args, project: Path):
+    """`args` as a process in the project folder `project` (a `scratch_root`), this checkout's code first on
+    PYTHONPATH (`pipeline.*` is importable only from there); PATH as it is, so `tfpipe` is the installed
+    console script."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "src"), str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    return subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def project(scratch_root) -> Path:
+    """The project folder every command here runs in (conftest's `scratch_root`), never this checkout."""
+    return scratch_root
 
 
 @pytest.mark.parametrize(
@@ -30,25 +46,25 @@ def _run(args, cwd=ROOT):
     ],
 )
 @pytest.mark.slow
-def test_console_script_and_module_fail_alike(module, subcommand, args):
-    by_module = _run([sys.executable, "-m", module, *args])
-    by_script = _run([sys.executable, "-m", "tfpipe.cli", subcommand, *args])
+def test_console_script_and_module_fail_alike(project, module, subcommand, args):
+    by_module = _run([sys.executable, "-m", module, *args], project)
+    by_script = _run([sys.executable, "-m", "tfpipe.cli", subcommand, *args], project)
     assert by_module.returncode == by_script.returncode == 2, (by_module.stderr, by_script.stderr)
     assert by_module.stderr.strip().splitlines()[-1] == by_script.stderr.strip().splitlines()[-1]
     assert len(by_script.stderr.strip().splitlines()) == 1, by_script.stderr
 
 
-def test_audit_subcommand_and_help():
-    bad = _run([sys.executable, "-m", "tfpipe.cli", "audit", "--tolerance", "x", "abc"])
+def test_audit_subcommand_and_help(project):
+    bad = _run([sys.executable, "-m", "tfpipe.cli", "audit", "--tolerance", "x", "abc"], project)
     assert bad.returncode == 2 and "tfpipe audit" in bad.stderr
-    assert _run([sys.executable, "-m", "tfpipe.cli", "--help"]).returncode == 0
-    unknown = _run([sys.executable, "-m", "tfpipe.cli", "trian"])
+    assert _run([sys.executable, "-m", "tfpipe.cli", "--help"], project).returncode == 0
+    unknown = _run([sys.executable, "-m", "tfpipe.cli", "trian"], project)
     assert unknown.returncode == 2 and "unknown subcommand 'trian'" in unknown.stderr
 
 
 @pytest.mark.skipif(
     shutil.which("tfpipe") is None, reason="the console script is installed by pip install -e ."
 )
-def test_installed_console_script_runs():
-    proc = _run(["tfpipe", "train", "--help"])
+def test_installed_console_script_runs(project):
+    proc = _run(["tfpipe", "train", "--help"], project)  # the installed script (PATH), not `python -m`
     assert proc.returncode == 0 and "tfpipe train" in proc.stdout

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import committed_text
 
 from tfpipe.errors import ConfigError
 from tfpipe.layout import rooted
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_auto_is_the_default_in_conf_and_params():
     conf = yaml.safe_load((ROOT / "conf" / "data" / "default.yaml").read_text())
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = yaml.safe_load(committed_text("params.yaml"))  # as committed: not an applied experiment's
     assert conf["source"] == "auto" == params["data"]["source"]
 
 

@@ -2,8 +2,9 @@
 of the default composition, a key's row carries its comment from conf/ or the schema source and the values its
 check allows, and the commands page holds every `tfpipe` subcommand's --help; MkDocs adds both pages.
 
-Expected values are read from params.yaml, conf/, the schema and command sources, `tfpipe.choices` and
-`tfpipe.cli.USAGE` directly, never computed with the hook. No site is built and no TensorFlow is imported.
+Expected values are read from params.yaml (as committed: the workspace's may be an applied experiment's),
+conf/, the schema and command sources, `tfpipe.choices` and `tfpipe.cli.USAGE` directly, never computed with
+the hook. No site is built and no TensorFlow is imported.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import committed_text
 
 from tfpipe import choices
 from tfpipe.cli import USAGE
@@ -61,7 +63,7 @@ def _subcommands() -> list:
 
 
 def test_every_key_of_the_default_composition_has_a_row(config_page):
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = yaml.safe_load(committed_text("params.yaml"))  # as committed: not an applied experiment's
     keys = _leaves(params)
     assert len(keys) > 80 and "train.optimizer.learning_rate" in keys  # the walk found the nested keys
     missing = [key for key in keys if f"| `{key}` |" not in config_page]
