@@ -196,6 +196,53 @@ def test_every_pod_runs_unprivileged_as_the_images_user(controller):
             _validate(doc)
 
 
+def pod_templates(tree) -> list:
+    """Every pod template anywhere in a rendered document (a Job's, each TFJob replica's, a RayJob's head,
+    worker groups and submitter): any mapping whose `spec` holds `containers`, found by walking the whole
+    tree."""
+    found = []
+    if isinstance(tree, dict):
+        if isinstance(tree.get("spec"), dict) and "containers" in tree["spec"]:
+            found.append(tree)
+        for value in tree.values():
+            found += pod_templates(value)
+    elif isinstance(tree, list):
+        for value in tree:
+            found += pod_templates(value)
+    return found
+
+
+def test_the_pod_template_walk_finds_nested_templates():
+    pod = {"metadata": {}, "spec": {"containers": [{"name": "c"}]}}
+    doc = {
+        "kind": "X",
+        "spec": {"a": [{"template": pod}, {"b": {"template": pod, "other": 1}}], "template": pod},
+    }
+    assert len(pod_templates(doc)) == 3 and pod_templates({"spec": {"template": {"spec": {}}}}) == []
+
+
+@pytest.mark.parametrize(
+    "kwargs, count",
+    [
+        ({"strategy": "multi_worker_mirrored", "num_workers": 3}, 1),  # one Indexed Job
+        ({"strategy": "multi_worker_mirrored", "controller": "tfjob"}, 1),  # Worker
+        ({"strategy": "parameter_server", "num_ps": 2, "controller": "tfjob"}, 3),  # Chief, Worker, PS
+    ],
+)
+def test_no_pod_gets_a_kubernetes_api_token(kwargs, count):
+    """No training pod talks to the Kubernetes API (TF_CONFIG comes from the environment and the completion
+    index, MLflow from the ConfigMap/Secret as variables): none mounts the service account's token, which a
+    compromised pod could otherwise use against the API. Every pod template of every document is checked."""
+    docs = _docs(**kwargs)
+    templates = [t for doc in docs for t in pod_templates(doc)]
+    assert len(templates) == count
+    for template in templates:
+        assert template["spec"]["automountServiceAccountToken"] is False, template
+    for doc in docs:
+        if doc["kind"] != "TFJob":
+            _validate(doc)
+
+
 TEAM_OVERRIDES = [  # a team's own model (issue 34, item 5), with values a shell or YAML would mangle
     "model=team",
     "model.params.units=8",

@@ -141,8 +141,7 @@ def _check_rayjob(doc: dict) -> None:
     assert all(set(g) <= WORKER_SPEC for g in groups)
     params = [cluster["headGroupSpec"]["rayStartParams"], *[g["rayStartParams"] for g in groups]]
     assert all(isinstance(v, str) for p in params for v in p.values())  # KubeRay: map[string]string
-    templates = [cluster["headGroupSpec"]["template"], *[g["template"] for g in groups]]
-    for template in templates:  # the pods, as core/v1 PodTemplate, strict
+    for template in templates_of(doc):  # the pods (head, workers, submitter), as core/v1 PodTemplate, strict
         pod_template = {
             "apiVersion": "v1",
             "kind": "PodTemplate",
@@ -153,24 +152,107 @@ def _check_rayjob(doc: dict) -> None:
 
 
 def templates_of(doc: dict) -> list:
+    """Every pod template of the RayJob, wherever it is: the head's, each worker group's, the submitter's."""
+    from test_k8s import pod_templates
+
+    templates = pod_templates(doc)
     cluster = doc["spec"]["rayClusterSpec"]
-    return [cluster["headGroupSpec"]["template"], *[g["template"] for g in cluster["workerGroupSpecs"]]]
+    assert len(templates) == 2 + len(cluster["workerGroupSpecs"])  # the walk found them all
+    return templates
 
 
 def _check_fence(policy: dict, templates: list) -> None:
-    """The NetworkPolicy selects every pod of the job; Ray's ports only from those pods, the job API (8265) from
-    the namespace; every pod runs as the images' non-root user, every container without privileges."""
+    """The NetworkPolicy selects every pod of the job; Ray's ports only from those pods, the job API (8265)
+    only from the job's submitter and the KubeRay operator
+    (`test_the_job_api_admits_only_the_submitter_and_the_operator`); every pod runs as the images' non-root
+    user, every container without privileges."""
     from test_k8s import _validate, assert_unprivileged
 
     _validate(policy)
     assert policy["kind"] == "NetworkPolicy" and policy["spec"]["policyTypes"] == ["Ingress"]
     selector = policy["spec"]["podSelector"]["matchLabels"]
-    assert all(t["metadata"]["labels"].items() >= selector.items() for t in templates)
+    cluster_pods = [t for t in templates if t["metadata"]["labels"].items() >= selector.items()]
+    assert len(cluster_pods) == len(templates) - 1  # all but the submitter, which serves nothing
     peers, api = policy["spec"]["ingress"]
     assert peers == {"from": [{"podSelector": {"matchLabels": selector}}]}  # all ports, the job's pods only
     assert api["ports"] == [{"protocol": "TCP", "port": 8265}]
     for template in templates:
         assert_unprivileged(template)
+
+
+# A NetworkPolicy read as Kubernetes reads it: a rule admits a peer on a port when the port is among its ports
+# (or it names none) and one of its `from` entries matches; an entry's podSelector alone means the policy's
+# namespace, with a namespaceSelector both must match; an empty selector matches everything.
+def _matches(selector, labels: dict) -> bool:
+    return selector is not None and all(
+        labels.get(k) == v for k, v in selector.get("matchLabels", {}).items()
+    )
+
+
+def _admits(policy: dict, labels: dict, namespace: str, port: int) -> bool:
+    own = policy["metadata"]["namespace"]
+    for rule in policy["spec"]["ingress"]:
+        if "ports" in rule and port not in [p["port"] for p in rule["ports"]]:
+            continue
+        for peer in rule.get("from", [{}]):
+            if "namespaceSelector" in peer:
+                in_namespace = _matches(peer["namespaceSelector"], {"kubernetes.io/metadata.name": namespace})
+            else:
+                in_namespace = namespace == own
+            if in_namespace and _matches(peer.get("podSelector", {}), labels):
+                return True
+    return False
+
+
+def test_the_job_api_admits_only_the_submitter_and_the_operator():
+    """Port 8265 is Ray's job server: whoever reaches it runs code on the cluster (no authentication). It
+    admits the RayJob's own submitter pod (by the label its template carries) and the KubeRay operator (which
+    polls the job's status there), not every pod of the namespace; Ray's other ports stay among the job's
+    pods."""
+    text = ray_launcher.render_rayjob("demo", "img:1", namespace="team-a", operator_namespace="ray-system")
+    doc, policy = yaml.safe_load_all(text)
+    submitter = doc["spec"]["submitterPodTemplate"]
+    assert doc["spec"]["submissionMode"] == "K8sJobMode"  # the submitter is that template's pod
+    head = doc["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"]["labels"]
+    operator = {
+        "app.kubernetes.io/component": "kuberay-operator",
+        "app.kubernetes.io/name": "kuberay-operator",
+    }
+    sub = submitter["metadata"]["labels"]
+    assert _admits(policy, sub, "team-a", 8265) and not _admits(policy, sub, "team-a", 6379)
+    assert _admits(policy, operator, "ray-system", 8265) and not _admits(policy, operator, "ray-system", 6379)
+    assert _admits(policy, head, "team-a", 8265) and _admits(
+        policy, head, "team-a", 6379
+    )  # the job's own pods
+    for labels, namespace in [
+        ({}, "team-a"),  # any pod of the namespace: refused (it used to be admitted)
+        ({"app.kubernetes.io/name": "other-job"}, "team-a"),
+        ({"tfpipe/ray-submitter": "other-job"}, "team-a"),  # another job's submitter
+        (sub, "team-b"),  # the submitter's labels in another namespace
+        (operator, "team-a"),  # the operator's labels outside the operator's namespace
+    ]:
+        assert not _admits(policy, labels, namespace, 8265), (labels, namespace)
+    assert all(
+        peer.get("podSelector", {}).get("matchLabels")
+        for rule in policy["spec"]["ingress"]
+        for peer in rule["from"]
+    )  # no rule admits a whole namespace
+
+
+def test_no_rayjob_pod_gets_a_kubernetes_api_token():
+    """Head, workers and submitter: none needs the Kubernetes API (no in-tree autoscaler is rendered; the
+    submitter only posts to the job server), so none mounts the service account's token. Every pod template of
+    every rendered document is checked, the walk finding them wherever they are."""
+    from test_k8s import pod_templates
+
+    docs = list(yaml.safe_load_all(ray_launcher.render_rayjob("demo", "img:1", num_workers=2)))
+    templates = [t for d in docs for t in pod_templates(d)]
+    assert len(templates) == 3  # head, the worker group, the submitter
+    for template in templates:
+        assert template["spec"]["automountServiceAccountToken"] is False, template
+    assert (
+        "enableInTreeAutoscaling" not in docs[0]["spec"]["rayClusterSpec"]
+    )  # would need the API (and a token)
 
 
 def test_rayjob_manifest_is_a_valid_kuberay_rayjob():

@@ -10,7 +10,9 @@
   sets TF_CONFIG, restarts and cleans up) and the NetworkPolicy.
 
 MLflow settings reach the pods from the ConfigMap `<job>-mlflow` (tracking_uri) and the Secret `<job>-mlflow`
-(username, password): never from the manifest.
+(username, password): never from the manifest. No pod calls the Kubernetes API (TF_CONFIG comes from the
+environment and the completion index), so none mounts a service account token (`automountServiceAccountToken:
+false`): a compromised training pod holds no credential for the API.
 """
 
 from __future__ import annotations
@@ -96,7 +98,12 @@ def _pod_template(names: dict, task_type: str, image: str, strategy: str, overri
         "securityContext": CONTAINER_SECURITY,
     }
     labels = {"app.kubernetes.io/name": job_name, "tfpipe/task-type": task_type}
-    spec = {"restartPolicy": "OnFailure", "securityContext": POD_SECURITY, "containers": [container]}
+    spec = {
+        "restartPolicy": "OnFailure",
+        "automountServiceAccountToken": False,  # no pod calls the Kubernetes API
+        "securityContext": POD_SECURITY,
+        "containers": [container],
+    }
     return {"metadata": {"labels": labels}, "spec": spec}
 
 
@@ -133,6 +140,7 @@ def _tfjob(cluster, names, image, strategy, overrides) -> dict:
             "template": {
                 "metadata": template["metadata"],
                 "spec": {
+                    "automountServiceAccountToken": False,
                     "securityContext": POD_SECURITY,
                     "containers": template["spec"]["containers"],
                 },

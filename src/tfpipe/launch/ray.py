@@ -152,9 +152,12 @@ def render_rayjob(
     namespace: str = "default",
     overrides: Sequence[str] = (),
     ray_version: str = "2.60.0",
+    operator_namespace: str = "default",
 ) -> str:
-    """deploy/k8s/rayjob.yaml.tmpl -> a KubeRay RayJob (a head and `num_workers` worker pods, non-root, the train
-    stage with strategy.launcher=ray as the job's entrypoint) and the NetworkPolicy fencing its pods."""
+    """deploy/k8s/rayjob.yaml.tmpl -> a KubeRay RayJob (a head, `num_workers` worker pods, the submitter pod;
+    non-root, no API token; the train stage with strategy.launcher=ray as the job's entrypoint) and the
+    NetworkPolicy fencing its pods: the job API (8265) open only to the submitter and to the KubeRay operator,
+    whose namespace is `operator_namespace` (where its Helm chart was installed; "default" as in its docs)."""
     from tfpipe.launch import cluster
     from tfpipe.launch.k8s import CONTAINER_SECURITY, POD_SECURITY
 
@@ -172,6 +175,7 @@ def render_rayjob(
         "container_security": json.dumps(CONTAINER_SECURITY),
         "job_name": job_name,
         "namespace": namespace,
+        "operator_namespace": operator_namespace,
         "image": image,
         "num_workers": num_workers,
         "ray_version": ray_version,

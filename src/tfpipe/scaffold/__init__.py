@@ -9,6 +9,8 @@ and `<package>/model.py` (an example model by import path), `dvc.yaml` (the thre
 What it does not: commit (the team's first commit is theirs), download data, or touch a folder that is not empty
 (one line, exit 2, nothing written). The files are the templates under `tfpipe/scaffold/project/` with three
 names filled in; a template engine (copier, cookiecutter) would add a dependency for three string replacements.
+In YAML values the names go in as double-quoted scalars (`yaml_scalar`, the `__..._YAML__` tokens): a project
+`null`, `on`, `yes` or `1e3` stays that string for every reader (PyYAML, OmegaConf, DVC's YAML 1.2).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 from tfpipe.commands.hydra_flags import CommandParser
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
@@ -61,15 +65,19 @@ def check(folder: Path, model: str) -> None:
         raise InitError(f"--model {model!r}: a built-in model's name; pick your own (e.g. my_model)")
 
 
+def yaml_scalar(text: str) -> str:
+    """`text` as a double-quoted YAML scalar, which YAML 1.1 and 1.2 readers and OmegaConf all load back as
+    this exact string (plain, `null`, `on`, `yes` or `1e3` would load as None, True or 1000.0)."""
+    return yaml.safe_dump(str(text), default_style='"', width=float("inf")).rstrip("\n")
+
+
 def config_yaml(project: str, model: str) -> str:
     """tfpipe's packaged defaults list with the team's model picked, the package searched, the experiment named."""
     from tfpipe import conf
 
     packaged = (Path(conf.__file__).parent / "config.yaml").read_text(encoding="utf-8")
     defaults = re.search(r"^defaults:\n(?:  - .*\n)+", packaged, flags=re.M).group(0)
-    mine = (
-        f"  - override model: {model}  # yours whatever dataset= picks (each dataset names a default model)\n"
-    )
+    mine = f"  - override model: {yaml_scalar(model)}  # yours whatever dataset= picks (each has a model)\n"
     defaults = defaults.replace("  - _self_", mine + "  - _self_", 1)
     return (
         f"# {project}'s Hydra config: tfpipe's defaults (the installed package's tfpipe/conf, on the search path\n"
@@ -81,8 +89,9 @@ def config_yaml(project: str, model: str) -> str:
         "    - pkg://tfpipe.conf        # tfpipe's packaged config groups (model, dataset, strategy, ...)\n"
         "\n"
         "tracking:\n"
-        f"  experiment_name: {project}  # the MLflow experiment of this project's runs\n"
-        f"  registered_model_name: {project}-${{dataset.name}}  # its models in the registry (tfpipe's: tfpipe-<dataset>)\n"
+        f"  experiment_name: {yaml_scalar(project)}  # the MLflow experiment of this project's runs\n"
+        f"  registered_model_name: {yaml_scalar(project + '-${dataset.name}')}  # its models in the registry "
+        "(tfpipe's: tfpipe-<dataset>)\n"
     )
 
 
@@ -90,6 +99,7 @@ def write(folder: Path, model: str = "my_model") -> list:
     """The project's files in `folder` (new or empty); returns them, relative to it."""
     check(folder, model)
     names = {"__PROJECT__": folder.resolve().name, "__PACKAGE__": package_name(folder), "__MODEL__": model}
+    names = {**{f"{k[:-2]}_YAML__": yaml_scalar(v) for k, v in names.items()}, **names}  # YAML values: quoted
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for source in sorted(p for p in TEMPLATE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):

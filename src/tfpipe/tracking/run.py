@@ -89,7 +89,7 @@ class Run:
 
     def _tag_failure(self, exc: BaseException) -> None:
         try:
-            self.client.set_tag(self.run_id, "tfpipe.failure", one_line(exc, 500))
+            self.client.set_tag(self.run_id, "tfpipe.failure", redact_text(one_line(exc, 500)))
         except Exception as err:  # never mask the exception that is ending the stage
             log.warning("could not tag run %s with its failure: %s", self.run_id, one_line(err, 200))
 
