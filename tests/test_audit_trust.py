@@ -189,20 +189,23 @@ HOOKED = "seed: 1\ntrain:\n  hooks:\n  - _target_: {target}\n    command: touch 
 
 @pytest.mark.slow
 def test_a_recorded_hook_is_called_only_when_it_is_code_of_the_commit(project, tmp_path):
-    """train.hooks names what the train stage instantiates: a record naming os.system (or any module outside the
-    run's commit) is refused before any stage runs; a hook module the commit holds passes the check."""
+    """train.hooks names what the train stage instantiates: a record naming os.system (or anything the run's
+    commit does not name in its conf/ at that key) is refused before any stage runs; a hook module the commit
+    holds and its conf/ names passes the check (the whole rule: tests/test_record_values.py)."""
     repo, commit = project
     marker = tmp_path / "MARKER"
     proc = _audit(
         repo, tmp_path, _forge(tmp_path, commit, config=HOOKED.format(target="os.system", marker=marker))
     )
     assert proc.returncode == 2, proc.stderr
-    assert "train.hooks[0]._target_='os.system' is no module of the run's commit" in proc.stderr
+    assert "train.hooks[0]._target_='os.system' names code the commit's conf/ does not name" in proc.stderr
     assert not marker.exists() and not (tmp_path / "env.txt").exists()
     builder = "seed: 1\nmodel:\n  name: team\n  builder: subprocess:getoutput\n"  # a team model's builder
     proc = _audit(repo, tmp_path, _forge(tmp_path, commit, config=builder))
-    assert proc.returncode == 2 and "model.builder='subprocess:getoutput' is no module" in proc.stderr
+    assert proc.returncode == 2 and "model.builder='subprocess:getoutput' names code" in proc.stderr
     (repo / "team_hooks.py").write_text("from tfpipe.hooks import Hook\n\n\nclass Notify(Hook):\n    pass\n")
+    (repo / "conf" / "train").mkdir(parents=True)
+    (repo / "conf" / "train" / "default.yaml").write_text("hooks:\n  - _target_: team_hooks.Notify\n")
     _sh(repo, "git", "add", "-A")
     _sh(repo, "git", "commit", "-qm", "a hook")
     ours = _sh(repo, "git", "rev-parse", "HEAD").strip()

@@ -100,9 +100,26 @@ def test_init_refuses_in_one_line_and_writes_nothing(tmp_path, capsys, name, set
     assert sorted(folder.iterdir()) == before
 
 
+def _running_site_packages() -> list:
+    """The folders this interpreter imports installed packages from: its own (a venv's, when the suite runs in
+    the README's `python -m venv` install) and those it sees beyond them (a venv made with
+    --system-site-packages, the user's site), in that order."""
+    import site
+    import sysconfig
+
+    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
+    if site.ENABLE_USER_SITE:
+        paths.append(site.getusersitepackages())
+    return [p for i, p in enumerate(paths) if p not in paths[:i] and os.path.isdir(p)]
+
+
 def _venv_with_the_wheel(tmp_path: Path) -> Path:
-    """A fresh venv holding the built wheel, not editable. Its dependencies are this machine's locked install
-    (--system-site-packages): the claim is about how tfpipe itself installs, not about downloading TensorFlow."""
+    """A fresh venv holding the built wheel, not editable. Its dependencies are those of the interpreter
+    running the suite: a .pth file in the venv's site-packages lists that interpreter's site-packages folders,
+    after the venv's own (so the wheel's tfpipe is found first). Not --system-site-packages, which reaches the
+    BASE interpreter's, not a venv's: the suite run from the README's venv found no omegaconf there. And the
+    folders are only put on sys.path, their .pth files not run: this checkout's editable install stays
+    inactive. The claim is about how tfpipe itself installs, not about downloading TensorFlow."""
     source = tmp_path / "source"  # the build writes build/ and *.egg-info: a copy keeps the checkout clean
     source.mkdir()
     shutil.copy(ROOT / "pyproject.toml", source / "pyproject.toml")
@@ -124,7 +141,12 @@ def _venv_with_the_wheel(tmp_path: Path) -> Path:
     subprocess.run(build, check=True, capture_output=True)
     (wheel,) = wheels.glob("tfpipe-*.whl")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv], check=True)
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    own = subprocess.run([venv / "bin" / "python", "-c", purelib], check=True, capture_output=True, text=True)
+    (Path(own.stdout.strip()) / "_tfpipe_tests_running_site.pth").write_text(
+        "".join(f"{path}\n" for path in _running_site_packages())
+    )
     install = [venv / "bin" / "python", "-m", "pip", "install", "--no-deps", "--no-index", "-q", wheel]
     subprocess.run(install, check=True, capture_output=True)
     return venv

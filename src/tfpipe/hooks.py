@@ -1,8 +1,8 @@
 """Hooks: what happens at the training loop's step boundaries. The loop calls every hook at the same points
 and knows none of them; each hook owns one concern (metrics sink, checkpoint + history, stop signals; TensorBoard,
 profiler and device placement live in `tfpipe.monitoring`). A team's own hooks come from the config
-(`train.hooks`: `_target_` entries naming `Hook` subclasses, built with Hydra's instantiate, `from_config`) and are
-called after the built-in ones. TensorFlow-free."""
+(`train.hooks`: `_target_` entries naming `Hook` subclasses, called with plain keyword arguments,
+`from_config`) and are called after the built-in ones. TensorFlow-free."""
 
 from __future__ import annotations
 
@@ -123,12 +123,36 @@ class StopHook(Hook):
             self._stack = None
 
 
+# Hydra's instantiation keys: below an entry's own `_target_`, a mapping holding one is an object to build.
+_OBJECT_KEYS = ("_target_", "_partial_", "_args_", "_recursive_", "_convert_")
+
+
+def _object_key(value, key: str):
+    """The dotted key of the first instantiation key in `value` (a hook's arguments), or None."""
+    if isinstance(value, dict):
+        for name, inner in value.items():
+            if name in _OBJECT_KEYS:
+                return f"{key}.{name}"
+            found = _object_key(inner, f"{key}.{name}")
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, inner in enumerate(value):
+            found = _object_key(inner, f"{key}[{i}]")
+            if found:
+                return found
+    return None
+
+
 def from_config(entries) -> list:
     """`train.hooks` built: each entry `{_target_: package.module.Class, **kwargs}` names a `Hook` subclass,
-    instantiated with Hydra with those keyword arguments. Only Hook subclasses are called: a config (or a run record
-    re-run by an audit) cannot make the loop call any other callable. A bad entry is one ConfigError line."""
+    called with those keyword arguments. Only Hook subclasses are called, and only the entry's own `_target_`:
+    its arguments are plain values (a mapping or list holding `_target_`, `_partial_`, `_args_` ... at any
+    depth is refused before anything is imported, never built; Hydra's recursive instantiate is not used), so
+    a config (or a run record re-run by an audit) cannot make the loop call any other callable. A bad entry is
+    one ConfigError line."""
     from hydra.errors import HydraException
-    from hydra.utils import get_object, instantiate
+    from hydra.utils import get_object
 
     from tfpipe.errors import ConfigError, one_line
 
@@ -136,6 +160,15 @@ def from_config(entries) -> list:
     for i, entry in enumerate(entries or []):
         key = f"train.hooks[{i}]._target_"
         target = entry["_target_"]
+        args = {k: v for k, v in dict(entry).items() if k != "_target_"}
+        nested = _object_key(args, f"train.hooks[{i}]")
+        if nested:
+            raise ConfigError(
+                f"{nested}: a hook's arguments are plain values; only the entry's own _target_ is built "
+                f"(a nested object is never instantiated; the hook builds what it needs)"
+            )
+        if not isinstance(target, str):
+            raise ConfigError(f"{key}={target!r}: expected package.module.HookClass")
         try:
             cls = get_object(target)
         except (HydraException, ImportError, ValueError) as exc:
@@ -143,7 +176,7 @@ def from_config(entries) -> list:
         if not (isinstance(cls, type) and issubclass(cls, Hook)):
             raise ConfigError(f"{key}={target}: not a subclass of tfpipe.hooks.Hook; only hooks are called")
         try:
-            built.append(instantiate(dict(entry), _convert_="all"))
-        except (HydraException, TypeError, ValueError) as exc:
+            built.append(cls(**args))
+        except (TypeError, ValueError) as exc:
             raise ConfigError(f"train.hooks[{i}] ({target}): {one_line(exc, 300)}") from None
     return built

@@ -32,11 +32,15 @@ def check(
     """Compare what run `run_id` recorded with the project at `root` now. `present_environment`
     defaults to `provenance.environment()` (pass another to audit against a different machine)."""
     from tfpipe import provenance
+    from tfpipe.audit.configs import check_config, present_config
 
     root = Path(root).resolve()
     uri = tracking_uri_for(root, uri)
     run = run or _load(run_id, uri)
-    items = [_check_code(run, root), *_check_data(run, root), _check_config(run, root)]
+    present = present_config(
+        run, root
+    )  # made as the run's was: the params file (+ overrides), or conf/ + overrides
+    items = [_check_code(run, root), *_check_data(run, root, present[0]), check_config(run, root, present)]
     env = present_environment or provenance.environment()
     items += _check_environment(run, env)
     return items
@@ -91,25 +95,14 @@ def _check_code(run: dict, root: Path) -> Item:
     )
 
 
-def _current_cfg(root: Path):
-    from tfpipe import config
-
-    params = root / "params.yaml"
-    if not params.is_file():
-        return None
-    try:
-        return config.load_params(params)
-    except UserError:
-        return None
-
-
-def _check_data(run: dict, root: Path) -> list:
+def _check_data(run: dict, root: Path, cfg) -> list:
+    """The prepared data against the recorded manifest digest (in the present config's data.output_dir, else
+    the recorded one), and the data stage's dvc.lock entry."""
     from tfpipe import data, provenance
 
     items = []
     recorded_cfg = run.get("config") or {}
     out_dir = (recorded_cfg.get("data") or {}).get("output_dir")
-    cfg = _current_cfg(root)
     if cfg is not None:
         out_dir = _rooted_dict(cfg.to_dict(), root)["data"]["output_dir"]
     digest = run["tags"].get("data.manifest_digest")
@@ -151,30 +144,6 @@ def _check_data(run: dict, root: Path) -> list:
             )
         )
     return items
-
-
-def _check_config(run: dict, root: Path) -> Item:
-    from tfpipe.config import flatten
-
-    recorded = run.get("config")
-    cfg = _current_cfg(root)
-    if recorded is None:
-        return Item("config", NA, "", "", "no config/resolved.yaml on the run")
-    if cfg is None:
-        return Item("config", DIFFERS, "resolved.yaml", "", f"{root / 'params.yaml'} missing or invalid")
-    a = flatten(_rooted_dict(recorded, root))
-    b = flatten(_rooted_dict(cfg.to_dict(), root))
-    changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-    if not changed:
-        return Item("config", MATCH, "resolved.yaml", "params.yaml", f"{len(a)} values equal")
-    detail = "; ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in changed[:4])
-    return Item(
-        "config",
-        DIFFERS,
-        "resolved.yaml",
-        "params.yaml",
-        detail + (f" (+{len(changed) - 4} more)" if len(changed) > 4 else ""),
-    )
 
 
 def _check_environment(run: dict, env: dict) -> list:

@@ -56,4 +56,7 @@ def _local(spec: str, tags: dict, root: Path, uri: str, dest: Path) -> Path:
     name, version = tags.get("init.source_model", "").rpartition(" version ")[::2]
     if spec.startswith("models:/") and name and version:
         spec = f"models:/{name}/{version}"  # the version the run resolved: an alias may have moved since
+    if spec.startswith("runs:/") and tags.get("init.source_run"):
+        # the run the spec named then, by its whole id: a prefix typed then may be ambiguous by now
+        spec = f"runs:/{tags['init.source_run']}/{spec[len('runs:/') :].partition('/')[2]}"
     return sources.fetch(spec, uri, dest)[0]

@@ -45,7 +45,7 @@ def _audit_parser(prog: str) -> argparse.ArgumentParser:
     from tfpipe.audit import sandbox
 
     parser = CommandParser(prog=prog, description=AUDIT_DOC, does="checks or re-runs a recorded run")
-    parser.add_argument("run_id")
+    parser.add_argument("run_id", help="the run's id, or a unique prefix of it (at least 8 characters)")
     parser.add_argument("--rerun", action="store_true", help="re-execute the run and compare outcomes")
     parser.add_argument(
         "--tolerance",
@@ -112,6 +112,17 @@ def _check(args, root: Path) -> int:
     return EXIT_OK if audit.ok(items) else EXIT_DIFFERS
 
 
+def _whole_ids(args, root: Path) -> None:
+    """RUN_ID and --against given as unique prefixes (at least 8 hex characters) made whole ids, in place."""
+    from tfpipe import audit
+    from tfpipe.tracking.runids import resolve_run_id
+
+    uri = audit.tracking_uri_for(root, args.tracking_uri)
+    args.run_id = resolve_run_id(uri, args.run_id)
+    if args.against:
+        args.against = resolve_run_id(uri, args.against)
+
+
 def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
     args = _audit_parser(prog).parse_args(argv)
     if args.rerun and args.against:
@@ -126,6 +137,7 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
 
     root = Path.cwd()
     try:
+        _whole_ids(args, root)
         if not args.rerun:
             return _check(args, root)
         with interrupts.graceful_stop():  # SIGTERM too: the re-run's processes and worktree are removed
@@ -159,8 +171,8 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
 
 def compare_main(argv=None, prog: str = "python -m pipeline.compare") -> int:
     parser = CommandParser(prog=prog, description=COMPARE_DOC, does="compares two recorded runs")
-    parser.add_argument("run_a")
-    parser.add_argument("run_b")
+    parser.add_argument("run_a", help="a run's id, or a unique prefix of it (at least 8 characters)")
+    parser.add_argument("run_b", help="the other run's id, or a unique prefix of it")
     parser.add_argument(
         "--tracking-uri", default=None, help="MLflow store (default: MLFLOW_TRACKING_URI or params.yaml)"
     )
@@ -168,9 +180,11 @@ def compare_main(argv=None, prog: str = "python -m pipeline.compare") -> int:
 
     from tfpipe import audit
     from tfpipe.errors import USER_ERRORS
+    from tfpipe.tracking.runids import resolve_run_id
 
     try:
         uri = audit.tracking_uri_for(Path.cwd(), args.tracking_uri)
+        args.run_a, args.run_b = (resolve_run_id(uri, r) for r in (args.run_a, args.run_b))
         rows = audit.compare(args.run_a, args.run_b, uri)
     except USER_ERRORS as exc:
         print(f"compare: error: {exc}", file=sys.stderr)

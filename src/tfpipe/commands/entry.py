@@ -4,8 +4,9 @@ loading, preflight, error mapping.
 Bad input (`tfpipe.errors.UserError`: a config key, a data file, the tracking backend) ends the stage
 with ONE line on stderr, `<stage>: error: <message>`, and exit code 2; `--debug` (or env
 TFPIPE_DEBUG=1, for `dvc repro` whose commands are fixed) shows the Python traceback instead.
-The order is: parse arguments -> load + validate the config (no TensorFlow, no data) -> preflight
-checks of the host (`tfpipe.preflight`: devices, TF_CONFIG, tracking backend) -> `run(cfg, root)`.
+The config is the params file (params.yaml, what `dvc repro` reads) with the overrides, if any, on top
+(`tfpipe.config.overlay`). The order is: parse arguments -> load + validate the config (no TensorFlow, no
+data) -> preflight checks of the host (`tfpipe.preflight`: devices, TF_CONFIG, tracking backend) -> `run(cfg, root)`.
 Hydra's standard flags (`--cfg job`, `--info`, `-m`, ...) are answered by `tfpipe.commands.hydra_flags` before
 anything runs.
 """
@@ -70,11 +71,15 @@ def cli(
     parser.add_argument(
         "overrides",
         nargs="*",
-        help="Hydra overrides (e.g. dataset=imdb train.epochs=1). Given: compose conf/ with them. "
-        "None: read --params (what `dvc repro` does).",
+        help="Hydra overrides (e.g. train.epochs=1 model=resnet), applied on top of --params: one override keeps "
+        "every other value. A group choice that sets other sections' values (dataset=, experiment=) composes "
+        "conf/ afresh instead, and says so. None: --params as it is (what `dvc repro` runs).",
     )
     parser.add_argument(
-        "--params", default="params.yaml", help="composed config to read when no overrides are given"
+        "--params",
+        metavar="FILE",
+        help="the composed config the stage starts from (default: params.yaml, as DVC writes it; "
+        "conf/ where there is none)",
     )
     parser.add_argument(
         "--debug", action="store_true", help=f"show Python tracebacks for bad input (also: env {DEBUG_ENV}=1)"
@@ -92,7 +97,7 @@ def cli(
     debug = args.debug or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes")
     if (refused := _check_mlflow_keys(stage, from_mlflow)) is not None:
         return refused
-    answer = hydra_flags.answer(stage, parser.prog, args, overrides, Path(root), debug, load_config)
+    answer = hydra_flags.answer(stage, parser.prog, args, overrides, Path(root), debug)
     if answer is not None:
         return answer
 
@@ -159,27 +164,37 @@ def _check_mlflow_keys(stage: str, turned: list) -> int | None:
     return None
 
 
-def _with_args(run: Callable, overrides: list, params: str) -> Callable:
-    """Stages that start other processes (the launcher) get the arguments to hand on."""
+def _with_args(run: Callable, overrides: list, params: str | None) -> Callable:
+    """Stages that start other processes (the launcher) get the arguments to hand on: they compose the same."""
     if getattr(run, "wants_args", False):
-        return functools.partial(run, train_args=overrides if overrides else ["--params", params])
+        return functools.partial(run, train_args=[*(["--params", params] if params else []), *overrides])
     return run
 
 
-def load_config(overrides: Sequence[str], params_path: str, root: Path):
-    """The validated Config: conf/ composed with `overrides`, or the `params_path` file (DVC's path)."""
+def load_config(overrides: Sequence[str], params_path: str | None, root: Path, *, stage: str = ""):
+    """The validated Config: the `params_path` file (params.yaml when None: DVC's path) with `overrides` on top
+    (`tfpipe.config.overlay`); where the overrides made it drop params.yaml's values, one line on stderr."""
     from tfpipe import config
+    from tfpipe.config import overlay
 
-    if overrides:
-        return config.compose(list(overrides), config_dir=root / config.CONF_DIR)
-    return config.load_params(root / params_path)
+    if not overrides:
+        return config.load_params(root / (params_path or config.PARAMS_FILE))
+    cfg, note = overlay.load(
+        overrides, root / (params_path or config.PARAMS_FILE), root / config.CONF_DIR, named=bool(params_path)
+    )
+    if note:
+        print(f"{stage or 'config'}: warning: {note}", file=sys.stderr)
+    return cfg
 
 
 def _run_guarded(stage, run, overrides, params_path, root, debug) -> int:
     from tfpipe import interrupts
+    from tfpipe.config import origin
 
+    # how the config is made, for the run's tags (`tfpipe audit RUN` makes it again the same way)
+    previous = origin.declare(origin.from_params(params_path, overrides))
     try:
-        cfg = load_config(overrides, params_path, root)
+        cfg = load_config(overrides, params_path, root, stage=stage)
         from tfpipe import preflight
 
         preflight.check(cfg, stage, root)
@@ -196,4 +211,6 @@ def _run_guarded(stage, run, overrides, params_path, root, debug) -> int:
             file=sys.stderr,
         )
         return signal_exit(signum)
+    finally:
+        origin.restore(previous)
     return EXIT_OK

@@ -1,5 +1,5 @@
-"""Hydra's standard flags on a stage's command line, though a stage is not a Hydra app (it composes conf/ with
-Hydra's compose API, or reads params.yaml as `dvc repro` runs it): `--cfg job [--resolve] [-p KEY]` prints the
+"""Hydra's standard flags on a stage's command line, though a stage is not a Hydra app (it reads params.yaml as
+`dvc repro` runs it, with the overrides on top: `tfpipe.config.overlay`): `--cfg job [--resolve] [-p KEY]` prints the
 config the stage would run with and exits, `--info` the config groups, `--hydra-help` what applies; the others
 (`-m`, `-sc`, `-cn`, ...) answer in one line naming what does, exit 2. Nothing here runs a stage."""
 
@@ -41,8 +41,9 @@ _ONE_LINE_ANSWERS = {  # Hydra's flags with no meaning for a stage: dest -> (fla
         "or a recorded MLflow run with tfpipe audit RUN_ID --rerun",
     ),
 }
-_HYDRA_HELP = """{prog} is not a Hydra app: it composes conf/ with Hydra's compose API when overrides are given, and
-reads --params (params.yaml, as `dvc repro` runs it) when none are. Of Hydra's flags:
+_HYDRA_HELP = """{prog} is not a Hydra app: it reads --params (params.yaml, as `dvc repro` runs it) and applies the
+overrides on top with Hydra's compose API; a group choice that sets other sections' values (dataset=, experiment=)
+composes conf/ afresh (one stderr line names the params.yaml values this drops). Of Hydra's flags:
   --cfg job [--resolve] [-p KEY]  print the config it would run with, as YAML, and exit (nothing runs)
   --info                          the config dir, the config groups and their options, the overrides given
   --help                          every flag, and the config groups
@@ -103,8 +104,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         add(*flags, **kind, help="Hydra's; answers what to use here")
 
 
-def answer(stage: str, prog: str, args, overrides: list, root: Path, debug: bool, load_config) -> int | None:
-    """`load_config(overrides, params_path, root)` checks the config as the stage does (tfpipe.commands.entry's). Answer Hydra's flags: print and return 0, refuse in one line and return 2, or None: run the stage."""
+def answer(stage: str, prog: str, args, overrides: list, root: Path, debug: bool) -> int | None:
+    """Answer Hydra's flags: print and return 0, refuse in one line and return 2, or None: run the stage."""
     for dest, (flags, answer) in _ONE_LINE_ANSWERS.items():
         if getattr(args, dest):
             return refuse(stage, f"{'/'.join(flags)}: {answer}")
@@ -124,7 +125,7 @@ def answer(stage: str, prog: str, args, overrides: list, root: Path, debug: bool
     elif args.info:
         print(_info(stage, overrides, args.params, root))
     elif args.cfg:
-        return _print_config(stage, args, overrides, root, debug, load_config)
+        return _print_config(stage, args, overrides, root, debug)
     else:
         return None
     return EXIT_OK
@@ -156,22 +157,25 @@ def groups_help(root: Path) -> str:
     return "\n".join(["config groups (GROUP=OPTION, e.g. model=resnet; any key: KEY=VALUE):", *lines])
 
 
-def _info(stage: str, overrides: list, params_path: str, root: Path) -> str:
+def _info(stage: str, overrides: list, params_path: str | None, root: Path) -> str:
     """--info: where the stage's config comes from, the config groups and their options, the overrides."""
-    from tfpipe.config import CONF_DIR, CONFIG_NAME
+    from tfpipe.config import CONF_DIR, PARAMS_FILE
+    from tfpipe.config.overlay import source
 
-    source = f"{CONF_DIR}/{CONFIG_NAME}.yaml + overrides" if overrides else f"{params_path} (no overrides)"
+    params = params_path or PARAMS_FILE
+    where = (
+        source(overrides, root / params, root / CONF_DIR, named=bool(params_path)) if overrides else params
+    )
     head = f"{stage}: not a Hydra app; conf/ is composed with Hydra's compose API (see --hydra-help)"
-    where = f"config dir: {(root / CONF_DIR).resolve()}\nconfig: {source}"
+    where = f"config dir: {(root / CONF_DIR).resolve()}\nconfig: {where}"
     return f"{head}\n{where}\noverrides: {shlex.join(overrides) or '(none)'}\n{groups_help(root)}"
 
 
-def _print_config(stage: str, args, overrides: list, root: Path, debug: bool, load_config) -> int:
-    """--cfg: the config the stage would run with, checked as when it runs (same one-line errors), as YAML on
-    stdout; nothing runs (no preflight, no TensorFlow)."""
+def _print_config(stage: str, args, overrides: list, root: Path, debug: bool) -> int:
+    """--cfg: the config the stage would run with, checked as when it runs (same one-line errors, the same note
+    on stderr), as YAML on stdout; nothing runs (no preflight, no TensorFlow)."""
     try:
-        load_config(overrides, args.params, root)
-        text = "" if args.cfg == "hydra" else _config_yaml(overrides, root, args)
+        text = _config_yaml(stage, overrides, root, args)
     except USER_ERRORS as exc:
         if debug:
             raise
@@ -180,21 +184,30 @@ def _print_config(stage: str, args, overrides: list, root: Path, debug: bool, lo
     return EXIT_OK
 
 
-def _config_yaml(overrides: list, root: Path, args) -> str:
-    """The job config as YAML: conf/ composed with the overrides (what `dvc exp run -S` writes to params.yaml)
-    or the params file; interpolations kept unless --resolve; --package KEY: only that sub-tree (a single value
-    prints resolved, as in Hydra)."""
+def _config_yaml(stage: str, overrides: list, root: Path, args) -> str:
+    """The job config as YAML (empty for --cfg hydra), validated as the stage validates it: the params file with
+    the overrides on top (`tfpipe.config.overlay`); interpolations kept unless --resolve; --package KEY: only that
+    sub-tree (a single value prints resolved, as in Hydra)."""
     from omegaconf import OmegaConf
 
     from tfpipe import config
+    from tfpipe.config import overlay
+    from tfpipe.config.compose import resolved
 
+    params = root / (args.params or config.PARAMS_FILE)
     if overrides:
-        from hydra import compose, initialize_config_dir
-
-        with initialize_config_dir(str((root / config.CONF_DIR).resolve()), version_base=None):
-            cfg = compose(config_name=config.CONFIG_NAME, overrides=list(overrides))
+        composed = overlay.compose_over_params(
+            overrides, params, root / config.CONF_DIR, named=bool(args.params)
+        )
+        cfg, note = composed.cfg, composed.note
+        config.from_dict(resolved(cfg, overrides))
     else:
-        cfg = OmegaConf.load(root / args.params)
+        config.load_params(params)
+        cfg, note = OmegaConf.load(params), ""
+    if note:
+        print(f"{stage}: warning: {note}", file=sys.stderr)
+    if args.cfg == "hydra":
+        return ""
     if args.resolve:
         OmegaConf.resolve(cfg)
     node = OmegaConf.select(cfg, args.package, default=_ABSENT) if args.package else cfg

@@ -1,7 +1,8 @@
 """The typed config: schema (structured configs held in Hydra's ConfigStore), loading and checks.
 
-Every stage starts with `load_params()` (the DVC path: `params.yaml`) or `compose()` (the Hydra path:
-`conf/` plus overrides, as `mlflow run` and tests use). Both return a checked `Config` or raise
+Every stage starts with `load_params()` (the DVC path: `params.yaml`), or with `overlay.load()` when given
+overrides (params.yaml with the overrides on top); `compose()` is conf/ plus overrides (what `dvc exp run -S`
+writes into params.yaml; tests use it). Each returns a checked `Config` or raises
 `ConfigError` whose message is one line naming the key, the value and what is allowed. Checking reads no
 data and builds no model, so a bad config fails in well under a second.
 """

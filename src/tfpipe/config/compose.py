@@ -4,6 +4,7 @@ missing from its group, an unknown key with a did-you-mean), and Hydra's own err
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from pathlib import Path
@@ -22,6 +23,11 @@ PARAMS_FILE = "params.yaml"
 
 def load_params(path: str | os.PathLike = PARAMS_FILE) -> Config:
     """Read and validate a composed config file (DVC's `params.yaml`)."""
+    return from_dict(read_params(path), origin=str(path))
+
+
+def read_params(path: str | os.PathLike = PARAMS_FILE) -> dict:
+    """A composed config file's sections, unchecked: missing, not YAML or not a mapping refused in one line."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(
@@ -33,7 +39,7 @@ def load_params(path: str | os.PathLike = PARAMS_FILE) -> Config:
         raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of config sections, got {type(raw).__name__}")
-    return from_dict(raw, origin=str(path))
+    return raw
 
 
 def compose(overrides: list[str] | tuple[str, ...] = (), config_dir: str | os.PathLike = CONF_DIR) -> Config:
@@ -45,10 +51,14 @@ def compose_dict(
     overrides: list[str] | tuple[str, ...] = (), config_dir: str | os.PathLike = CONF_DIR
 ) -> dict:
     """The resolved composition as plain containers, exactly as DVC dumps it into params.yaml."""
+    return resolved(compose_conf(overrides, config_dir), overrides)
+
+
+def compose_conf(overrides: list[str] | tuple[str, ...] = (), config_dir: str | os.PathLike = CONF_DIR):
+    """conf/ composed with the overrides (pre-checked first), interpolations kept: an OmegaConf DictConfig."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     config_dir = Path(config_dir).resolve()
@@ -57,11 +67,22 @@ def compose_dict(
     check_overrides(overrides, config_dir)
     try:
         with initialize_config_dir(str(config_dir), version_base=None):
-            cfg = hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
-        OmegaConf.resolve(cfg)
+            return hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        raise _hydra_error(exc, overrides) from None
-    return OmegaConf.to_container(cfg)
+        raise hydra_error(exc, overrides) from None
+
+
+def resolved(cfg, overrides=()) -> dict:
+    """A composed DictConfig resolved into plain containers; a bad interpolation is one line naming the override."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    cfg = copy.deepcopy(cfg)  # resolved in place; the caller's keeps its interpolations
+    try:
+        OmegaConf.resolve(cfg)  # a value interpolating a `???` stays `???`: the load names the required key
+        return OmegaConf.to_container(cfg)
+    except (OmegaConfBaseException, ValueError) as exc:
+        raise hydra_error(exc, overrides) from None
 
 
 def compose_yaml(
@@ -135,7 +156,7 @@ def _override_value(overrides, key: str):
     return next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), None)
 
 
-def _hydra_error(exc: BaseException, overrides) -> ConfigError:
+def hydra_error(exc: BaseException, overrides) -> ConfigError:
     """Hydra/OmegaConf composition errors -> one line naming the override."""
     text = one_line(exc)
     match = re.search(r"Could not override '([^']+)'", text)

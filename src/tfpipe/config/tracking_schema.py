@@ -17,7 +17,7 @@ class TrackingConfig:
     artifact_location: Optional[str] = "mlartifacts"
     log_model: bool = True
     run_file: str = "run.json"
-    register_model: bool = True
+    register_model: bool = False  # True: evaluate registers every run's model; else `promote` registers it
     registered_model_name: Optional[str] = None  # None: tfpipe-<dataset.name>
     promote_metric: str = "test_accuracy"
     promote_mode: str = "max"

@@ -142,7 +142,11 @@ def check_render_input(strategy: str, counts: Dict[str, int], overrides) -> None
                 f"override {override!r}: the rendered job sets {key} itself (from its strategy and counts); "
                 "render another strategy or change the counts instead"
             )
-    config.compose([*overrides, f"strategy={strategy}"])
+    from tfpipe.config import overlay
+
+    overlay.load(
+        [*overrides, f"strategy={strategy}"], config.PARAMS_FILE, config.CONF_DIR
+    )  # params.yaml + them
 
 
 def slurm_tf_config(port: int = 2222) -> str:

@@ -20,9 +20,12 @@ def run_job(composed) -> None:
     from omegaconf import OmegaConf
 
     from tfpipe import config, stages, tracking
+    from tfpipe.config import origin
     from tfpipe.errors import USER_ERRORS
 
     root = Path.cwd()  # version_base 1.3: Hydra does not change the working directory
+    # the job's config is conf/ with its overrides: its run records them (`tfpipe audit RUN` composes again)
+    previous = origin.declare(origin.from_conf(HydraConfig.get().overrides.task or ()))
     try:
         cfg = config.from_dict(OmegaConf.to_container(composed, resolve=True), origin="conf/ (sweep job)")
         if _parent is None and HydraConfig.get().mode == RunMode.MULTIRUN:
@@ -35,6 +38,8 @@ def run_job(composed) -> None:
     except USER_ERRORS as exc:
         print(f"sweep: error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT) from None
+    finally:
+        origin.restore(previous)
 
 
 def run_sweep(app) -> None:

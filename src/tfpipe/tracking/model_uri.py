@@ -4,6 +4,7 @@ share it), and downloaded from the tracking store."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from mlflow.exceptions import MlflowException
 from tfpipe import files
 from tfpipe.errors import TrackingError, UserError, one_line
 from tfpipe.tracking import backend
+from tfpipe.tracking.runids import resolve_run_id
 from tfpipe.tracking.secrets import redact_url
 
 log = logging.getLogger(__name__)
@@ -27,19 +29,46 @@ def is_model_uri(spec: str) -> bool:
 
 
 def download(spec: str, uri: str, dest: Path, key: str) -> tuple[Path, dict]:
-    """(local folder of the model, what `spec` names: source_run and, for the registry, source_model)."""
+    """(local folder of the model, what `spec` names: source_run and, for the registry, source_model). A
+    `runs:/` URI may name its run by a unique prefix of its id (`runids`)."""
     backend.check_reachable(uri)
-    described = describe(MlflowClient(tracking_uri=uri), spec, uri, key)
+    client = MlflowClient(tracking_uri=uri)
+    spec = whole_run_id(client, spec, uri)
+    described = describe(client, spec, uri, key)
     from mlflow.artifacts import download_artifacts
 
     try:
-        local = Path(download_artifacts(artifact_uri=spec, dst_path=str(dest), tracking_uri=uri))
+        with _default_store(uri):
+            local = Path(download_artifacts(artifact_uri=spec, dst_path=str(dest), tracking_uri=uri))
     except (MlflowException, OSError) as exc:
         raise TrackingError(
             f"{key}={spec!r}: not downloadable from {redact_url(uri)} ({one_line(exc, 200)})"
         ) from None
     check_recorded_digest(MlflowClient(tracking_uri=uri), described["source_run"], local, spec, key)
     return local, described
+
+
+@contextlib.contextmanager
+def _default_store(uri: str):
+    """`uri` as MLflow's default store meanwhile: MLflow 3.17 looks a logged model (`models:/m-...`, which
+    `runs:/<id>/model` becomes) up in its default store, not in the tracking_uri download_artifacts is
+    given (so a --tracking-uri other than the current folder's store found no model, and made ./mlflow.db)."""
+    import mlflow
+
+    previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(previous)  # None: unset again (also the exported MLFLOW_TRACKING_URI)
+
+
+def whole_run_id(client: MlflowClient, spec: str, uri: str) -> str:
+    """`runs:/<prefix>/path` as `runs:/<the run's whole id>/path` (`runids.resolve_run_id`)."""
+    if not spec.startswith("runs:/"):
+        return spec
+    given, sep, rest = spec[len("runs:/") :].partition("/")
+    return f"runs:/{resolve_run_id(uri, given, client)}{sep}{rest}"
 
 
 def check_recorded_digest(client: MlflowClient, run_id: str, local: Path, spec: str, key: str) -> None:

@@ -19,6 +19,7 @@ as the current directory joined to the URI (`<cwd>/file:/path`); `repair_project
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -44,7 +45,7 @@ SOURCE_TAG = "mlflow.source.name"
 
 def context_tags() -> dict:
     """Where this run sits: its sweep's parent run (MLflow nests it under the parent in the UI), the tuning
-    trial it is and, inside `dvc exp run`, the DVC experiment name and baseline commit."""
+    trial it is, inside `dvc exp run` the DVC experiment name and baseline commit; how its config was made."""
     tags = {}
     for tag, env in (
         ("mlflow.parentRunId", PARENT_RUN_ENV),
@@ -55,7 +56,22 @@ def context_tags() -> dict:
         value = os.environ.get(env, "").strip()
         if value:
             tags[tag] = value
-    return tags
+    return {**tags, **config_origin_tags()}
+
+
+def config_origin_tags() -> dict:
+    """How the entry point made the config (`tfpipe.config.origin`), as tag `tfpipe.config.origin` (JSON; the
+    values of secret-looking keys among the overrides as '***'); {} when none said."""
+    from tfpipe.config import origin
+
+    made = origin.declared()
+    if made is None:
+        return {}
+    shown = []
+    for override in made["overrides"]:
+        key, sep, _ = override.partition("=")
+        shown.append(f"{key}=***" if sep and is_secret_key(key.lstrip("+~").strip()) else override)
+    return {origin.TAG: json.dumps({**made, "overrides": shown})}
 
 
 def run_name(cfg, run_id: str, base: str | None = None) -> str:

@@ -5,7 +5,8 @@ a subprocess (`tfpipe.tuning.study`), reporting its epochs to the study for prun
 OVERRIDE: Hydra overrides added to the spec's `overrides` for every trial (e.g. data.path=...).
 The study's MLflow parent run holds the space (tune/space.yaml, params tune.*), the best value (metric
 best_<metric>, tags tune.best_trial, tune.complete, tune.pruned, tune.failed) and the best trial's config as
-best/overrides.txt (`python -m pipeline.run_all $(cat overrides.txt)`) and best/params.yaml (`--params`).
+best/overrides.txt (`python -m pipeline.run_all $(cat overrides.txt)`, on the same params.yaml) and best/params.yaml
+(`--params`). Every trial, like every stage, starts from params.yaml and applies the overrides on top.
 Bad input: one line `tune: error: ...`, exit 2, before any trial.
 """
 
@@ -65,13 +66,17 @@ def tune(args, root: Path) -> int:
     import yaml
 
     from tfpipe import config
+    from tfpipe.config import overlay
     from tfpipe.tracking import study as tracked
     from tfpipe.tuning import checks, space, study
 
     conf_dir = root / config.CONF_DIR
     spec = checks.load_spec(args.name, conf_dir)
     base = [*spec.overrides, *args.overrides]
-    cfg = config.compose(base, config_dir=conf_dir)
+    # as each trial's `tfpipe run-all BASE...` composes it: params.yaml with the overrides on top
+    cfg, note = overlay.load(base, root / config.PARAMS_FILE, conf_dir)
+    if note:
+        print(f"tune: warning: {note}", file=sys.stderr)
     space.check_against_config(spec, conf_dir, base)
     url = study.storage_url(spec, cfg, root, args.storage)
     opened = study.open_study(spec, url, args.study or f"tune-{args.name}")
@@ -91,6 +96,7 @@ def tune(args, root: Path) -> int:
 
 def _record_best(opened, spec, base: list, conf_dir: Path, parent) -> str:
     from tfpipe import config
+    from tfpipe.config import overlay
     from tfpipe.tracking import study as tracked
     from tfpipe.tuning.space import as_overrides
 
@@ -103,6 +109,7 @@ def _record_best(opened, spec, base: list, conf_dir: Path, parent) -> str:
     overrides = [*base, *as_overrides(best.params)]
     tags = {"tune.best_trial": best.number, **{f"tune.{k}": v for k, v in counts.items()}}
     metrics = {f"best_{spec.metric}": best.value, **{f"trials_{k}": v for k, v in counts.items()}}
-    tracked.record_best(parent, metrics, tags, overrides, config.compose_yaml(overrides, conf_dir))
+    composed = overlay.compose_yaml(overrides, conf_dir.parent / config.PARAMS_FILE, conf_dir)
+    tracked.record_best(parent, metrics, tags, overrides, composed)
     print(f"best trial {best.number}: {spec.metric}={best.value:.6g} with: {' '.join(overrides)}")
     return "FINISHED"

@@ -118,15 +118,18 @@ def as_overrides(values: dict) -> list:
 
 
 def check_against_config(spec: TuneSpec, conf_dir: Path, base: list) -> None:
-    """Every key exists in the composed config and every range end / choice is a valid value of it:
-    conf/ composed (and validated like params.yaml) with each extreme, so a bad one fails with one line."""
+    """Every key exists in the composed config and every range end / choice is a valid value of it: the trial's
+    config (params.yaml beside conf/, the overrides on top, as `tfpipe run-all` composes it) with each extreme,
+    validated, so a bad one fails with one line."""
     from tfpipe import config
+    from tfpipe.config import overlay
 
     for key, dist in spec.space.items():
         ends = dist["choices"] if "choices" in dist else [dist["low"], dist["high"]]
         for value in ends:
             try:
-                config.compose([*base, *as_overrides({key: value})], config_dir=conf_dir)
+                overrides = [*base, *as_overrides({key: value})]
+                overlay.load(overrides, Path(conf_dir).parent / config.PARAMS_FILE, conf_dir)
             except ConfigError as exc:
                 raise ConfigError(
                     f"conf/tune/{spec.name}.yaml: space.{key}={hydra_value(value)}: {exc}"
