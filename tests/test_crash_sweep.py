@@ -61,3 +61,27 @@ def test_the_sweep_sees_a_violation(states, tmp_path):
     found = sweep.violations(project, reference)
     assert any("2 FINISHED runs" in line for line in found), found
     assert any("temporary files left" in line for line in found), found
+
+
+def test_a_store_killed_while_it_is_created_opens_next_time(tmp_path):
+    """The sweep's finding: SIGKILL while MLflow creates a new mlflow.db's tables left a store every later run failed
+    on ("index ... already exists", exit 1). The kill lands as soon as a store file has bytes, mid-creation."""
+    import os
+    import signal
+    import subprocess
+
+    db = tmp_path / "mlflow.db"
+    code = f"from tfpipe.tracking.sqlite import init_store; init_store('sqlite:///{db}')"
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        while proc.poll() is None and not any(p.stat().st_size for p in tmp_path.glob("*mlflow.db*")):
+            pass
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the store was made before the kill landed"
+    again = f"{code}; from mlflow import MlflowClient; c = MlflowClient('sqlite:///{db}'); c.create_experiment('x')"
+    done = subprocess.run([sys.executable, "-c", again], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "mlruns") == ["mlflow.db"]

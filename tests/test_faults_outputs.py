@@ -236,10 +236,10 @@ def test_two_runs_logging_to_one_sqlite_store_at_once_both_finish(tmp_path):
     write lock in 2 s bursts: both finish, every step logged once, no 'database is locked' shown."""
     from mlflow import MlflowClient
 
-    from tfpipe.tracking import backend
+    from tfpipe.tracking import sqlite
 
     db = tmp_path / "mlflow.db"
-    backend.init_store(f"sqlite:///{db}")
+    sqlite.init_store(f"sqlite:///{db}")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID"):
         env.pop(name, None)
@@ -309,11 +309,11 @@ def test_a_store_locked_longer_than_sqlite_waits_fails_the_stage_in_one_line(pre
     whole stage: `python -m pipeline.train` stops with exit 2 and one line naming the store and the lock."""
     import sqlite3
 
-    from tfpipe.tracking import backend
+    from tfpipe.tracking import sqlite
 
     project, env, stage = stage_project(tmp_path, prepared_image, *EVAL_TINY)
     db = project / "mlflow.db"
-    backend.init_store(f"sqlite:///{db}")
+    sqlite.init_store(f"sqlite:///{db}")
     cmd = stage("train")
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")

@@ -350,7 +350,12 @@ def test_audit_rerun_refuses_a_replaced_resolved_yaml_with_exit_2(commit, evil, 
 
 @pytest.mark.parametrize(
     "override",
-    ["hydra.searchpath=[pkg://tfpipe_evil_pkg]", "+hydra.job.chdir=true", "data.path=${oc.env:HOME}", "--cfg"],
+    [
+        "hydra.searchpath=[pkg://tfpipe_evil_pkg]",
+        "+hydra.job.chdir=true",
+        "data.path=${oc.env:HOME}",
+        "--cfg",
+    ],
 )
 def test_the_config_origin_tag_never_brings_hydra_keys_or_interpolations_to_compose(override):
     """`tfpipe audit RUN` makes the config again from the run's tag tfpipe.config.origin, a tag anyone with EDIT may

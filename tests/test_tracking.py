@@ -651,7 +651,7 @@ def test_two_processes_creating_one_new_sqlite_store_at_once(tmp_path):
     import sys
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code = f"from tfpipe.tracking.backend import init_store; init_store({uri!r}); print('ok')"
+    code = f"from tfpipe.tracking.sqlite import init_store; init_store({uri!r}); print('ok')"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     procs = [
         subprocess.Popen(

@@ -67,7 +67,9 @@ def run_train(cfg: Config, root: Path):
 
     init_weights, init_tags = _warm_start_source(cfg, root)  # before the run opens: a bad source is one line
     own_hooks = loop_hooks.from_config(cfg.train.hooks)  # before the run opens too: a bad hook is one line
-    training.preflight(cfg, manifest, prepared)  # the data against the config, a team's builder: nothing touched
+    training.preflight(
+        cfg, manifest, prepared
+    )  # the data, a team's builder: checked before anything is touched
     workdir = WorkDir(model_dir(cfg, root), shelf_root=tracking.store_root(root) / SHELF)
     fingerprint = training_fingerprint(composed, digest)  # project-relative: the same in a DVC temp copy
     resume_run_id = workdir.prepare(fingerprint) if chief else None  # the interrupted training's run

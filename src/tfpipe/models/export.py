@@ -104,7 +104,8 @@ def _export_saved_model(
         out = staging / "saved_model"
         tf.saved_model.save(module, str(out), signatures={SIGNATURE: serve.get_concrete_function()})
         save_weights_by_path(model, out / WEIGHTS_FILE)  # what a warm start (train.init_from) reads
-        files.seal(out, **({"weights_sha256": weights_sha256} if weights_sha256 else {}))  # written last, checked at load (evaluation.check_complete)
+        # written last, checked at load (evaluation.check_complete)
+        files.seal(out, **({"weights_sha256": weights_sha256} if weights_sha256 else {}))
         _replace_dir(out, export_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

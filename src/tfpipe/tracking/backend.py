@@ -228,41 +228,6 @@ def check_credentials(uri: str, timeout: float = REACHABLE_TIMEOUT_S) -> None:
         return
 
 
-def init_store(uri: str) -> None:
-    """Create (or migrate) a SQLite store while holding an exclusive lock on its folder.
-
-    Two pipelines starting at once on a new mlflow.db (`dvc exp run --run-all --jobs 2`) would
-    otherwise both create its tables and one fails ("table ... already exists"). Later calls in
-    this process reuse MLflow's cached store. Other schemes: nothing to do (a server migrates
-    its own database).
-    """
-    if scheme(uri) != "sqlite":
-        return
-    path = (uri.split(":///", 1)[1] if ":///" in uri else "").split("?", 1)[0]
-    if not path or path.startswith(":memory:"):
-        return
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock, as before
-        fcntl = None
-    from mlflow import MlflowClient
-
-    folder = os.open(Path(path).parent, os.O_RDONLY)
-    try:
-        if fcntl:
-            fcntl.flock(folder, fcntl.LOCK_EX)
-        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
-    except Exception as exc:  # opening the store raises SQLAlchemy's own OperationalError, not MLflow's
-        if "database is locked" not in str(exc):
-            raise
-        raise TrackingError(
-            f"MLflow store {path}: the database is locked by another program (SQLite waited and gave up); "
-            "let it finish or stop it (a backup, `mlflow gc`, a DB browser), then run the same command again"
-        ) from None
-    finally:
-        os.close(folder)  # releases the lock
-
-
 def ensure_experiment(client, name: str, artifact_location: str | None) -> str:
     """The id of experiment `name`, created (with `artifact_location`) if missing; declared model training."""
     from mlflow.exceptions import MlflowException

@@ -21,7 +21,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from tfpipe.errors import TrackingError, one_line
-from tfpipe.tracking import backend, kinds, naming
+from tfpipe.tracking import backend, kinds, naming, sqlite
 from tfpipe.tracking.naming import PARENT_RUN_ENV, TUNE_TRIAL_ENV, context_tags  # noqa: F401 - re-exported
 from tfpipe.tracking.redact import redact, redact_url
 from tfpipe.tracking.run import NullRun, Run, reset_tracking_uri
@@ -45,7 +45,7 @@ def _connect(cfg, project_root) -> tuple[str, MlflowClient, bool]:
     uri = backend.resolve_tracking_uri(cfg.tracking, project_root)
     backend.check_reachable(uri)
     try:
-        backend.init_store(uri)
+        sqlite.init_store(uri)
     except MlflowException as exc:
         raise TrackingError(f"MLflow store {redact_url(uri)}: {one_line(exc)}") from None
     reset_uri = not os.environ.get("MLFLOW_TRACKING_URI", "").strip()
@@ -273,7 +273,7 @@ class ParentRun:
         backend.check_reachable(uri)
         self.client = MlflowClient(tracking_uri=uri)
         try:
-            backend.init_store(uri)
+            sqlite.init_store(uri)
             location = backend.artifact_location_for(cfg.tracking, project_root, uri)
             experiment_id = backend.ensure_experiment(self.client, cfg.tracking.experiment_name, location)
             created = self.client.create_run(
