@@ -65,7 +65,7 @@ def test_the_sweep_sees_a_violation(states, tmp_path):
 
 def test_a_store_killed_while_it_is_created_opens_next_time(tmp_path):
     """The sweep's finding: SIGKILL while MLflow creates a new mlflow.db's tables left a store every later run failed
-    on ("index ... already exists", exit 1). The kill lands as soon as a store file has bytes, mid-creation."""
+    on ("index ... already exists", exit 1). The kill lands as soon as a store file holds a table, mid-creation."""
     import os
     import signal
     import subprocess
@@ -74,7 +74,7 @@ def test_a_store_killed_while_it_is_created_opens_next_time(tmp_path):
     code = f"from tfpipe.tracking.sqlite import init_store; init_store('sqlite:///{db}')"
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     try:
-        while proc.poll() is None and not any(p.stat().st_size for p in tmp_path.glob("*mlflow.db*")):
+        while proc.poll() is None and not any(_has_tables(p) for p in tmp_path.glob("*mlflow.db*")):
             pass
     finally:
         if proc.poll() is None:
@@ -85,3 +85,13 @@ def test_a_store_killed_while_it_is_created_opens_next_time(tmp_path):
     done = subprocess.run([sys.executable, "-c", again], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-1500:]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "mlruns") == ["mlflow.db"]
+
+
+def _has_tables(path) -> bool:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0.01) as db:
+            return db.execute("select count(*) from sqlite_master where type = 'index'").fetchone()[0] > 0
+    except sqlite3.Error:
+        return False
