@@ -300,9 +300,14 @@ def kill_and_recover(stage: str, states: dict, work: Path, trigger: Trigger, ref
     return attempt.killed, violations(project, reference, dvc=stage == "dvc")
 
 
-def instants(reference: Attempt, count: int) -> list:
+def instants(reference: Attempt, count: int, writes: Optional[int] = None) -> list:
+    """`count` instants evenly spaced through the reference run, and just after each write it saw (`writes`: at
+    most that many of them, evenly chosen)."""
     even = [reference.seconds * (i + 0.5) / count for i in range(count)]
-    after_writes = [t + 0.01 for t in reference.writes]
+    seen = reference.writes
+    if writes is not None and len(seen) > writes:
+        seen = [seen[round(i * (len(seen) - 1) / max(writes - 1, 1))] for i in range(writes)]
+    after_writes = [t + 0.01 for t in seen]
     return sorted({round(t, 3) for t in even + after_writes})
 
 
@@ -323,7 +328,7 @@ def main(argv: Optional[list] = None) -> int:
     total, bad = 0, 0
     for stage in args.stages.split(","):
         reference, timing = reference_run(stage, states, work)
-        points = instants(timing, args.instants)
+        points = instants(timing, args.instants, args.writes)
         stage_start, landed = time.monotonic(), 0
         print(
             f"{stage}: reference {timing.seconds:.1f} s, {len(timing.writes)} writes seen, {len(points)} kills"
