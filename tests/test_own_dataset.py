@@ -1,7 +1,8 @@
 """Own data under its own name: `dataset=images` / `dataset=texts` with any safe `dataset.name`, any number of
 classes from the folders, the split folder names of the user's layout. The name reaches the prepared and model
-folders, the run name and tags and the registered model; images' per-channel normalisation statistics come from
-the train split (the manifest) and the resnet normalises with them. Bad names: tests/test_bad_input_cli.py."""
+folders, the run name and tags and the registered model (made by `promote` by default, by evaluate with
+tracking.register_model=true); images' per-channel normalisation statistics come from the train split (the
+manifest) and the resnet normalises with them. Bad names: tests/test_bad_input_cli.py."""
 
 from __future__ import annotations
 
@@ -82,6 +83,8 @@ def _client(project: Path):
 
 @pytest.mark.slow
 def test_own_photos_train_under_their_name_with_their_statistics(tmp_path, monkeypatch):
+    from tfpipe.tracking import registry
+
     project = tmp_path / "project"
     project.mkdir()
     photos = _photos(tmp_path / "photos")
@@ -103,6 +106,9 @@ def test_own_photos_train_under_their_name_with_their_statistics(tmp_path, monke
     (run,) = client.search_runs([client.get_experiment_by_name("tfpipe").experiment_id])
     assert run.info.run_name.startswith("pets-resnet-") and run.data.tags["dataset"] == "pets"
     assert run.info.status == "FINISHED" and "test_accuracy" in run.data.metrics
+    assert client.search_model_versions("") == []  # by default evaluate registers nothing; promote does
+    promoted = registry.promote(f"sqlite:///{project / 'mlflow.db'}", run.info.run_id, "champion")
+    assert (promoted["name"], promoted["version"], promoted["registered"]) == ("tfpipe-pets", "1", True)
     (version,) = client.search_model_versions("name='tfpipe-pets'")
     assert version.run_id == run.info.run_id
 
@@ -126,7 +132,13 @@ def test_own_texts_with_three_classes_train_under_their_name(tmp_path, monkeypat
     tickets = _tickets(tmp_path / "tickets")
     _run_all(
         project,
-        ["dataset=texts", "dataset.name=tickets", f"data.path={tickets}", "model.dense_units=8"],
+        [
+            "dataset=texts",
+            "dataset.name=tickets",
+            f"data.path={tickets}",
+            "model.dense_units=8",
+            "tracking.register_model=true",  # evaluate registers every run's model under the run's name
+        ],
         monkeypatch,
     )
 
@@ -137,4 +149,5 @@ def test_own_texts_with_three_classes_train_under_their_name(tmp_path, monkeypat
     (run,) = client.search_runs([client.get_experiment_by_name("tfpipe").experiment_id])
     assert run.info.run_name.startswith("tickets-embedding_gap-")
     assert "accuracy" in json.loads((project / "metrics" / "eval.json").read_text())
-    assert client.search_model_versions("name='tfpipe-tickets'")
+    (version,) = client.search_model_versions("name='tfpipe-tickets'")
+    assert version.run_id == run.info.run_id

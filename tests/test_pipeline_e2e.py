@@ -151,10 +151,10 @@ def test_dvc_repro_produces_a_complete_mlflow_run(repro_project):
     assert set(inputs) == {"cifar10-train", "cifar10-test"}, inputs
     assert all(tags["data.manifest_digest"].startswith(digest) for digest in inputs.values()), inputs
 
-    # evaluate registered the logged model (tfpipe-<dataset>) and linked the test metrics to it with the dataset
-    assert (tags["registry.name"], tags["registry.version"]) == ("tfpipe-cifar10", "1")
-    (version,) = client.search_model_versions("name='tfpipe-cifar10'")
-    assert version.run_id == run_id and version.source == tags["model_uri"]
+    # evaluate linked the test metrics to the logged model with the dataset; it registered nothing (by default
+    # `pipeline.promote` registers the run it promotes: test_promoted_champion_served_over_http_...)
+    assert "registry.name" not in tags and "registry.version" not in tags, sorted(tags)
+    assert client.search_model_versions("") == []
     linked = client.get_logged_model(tags["model_uri"].removeprefix("models:/")).metrics
     assert {m.key: m.value for m in linked}["test_accuracy"] == eval_json["accuracy"]
     assert {m.dataset_name for m in linked if m.key.startswith("test_")} == {"cifar10-test"}
@@ -203,7 +203,8 @@ def _refused(port: int, payload: dict) -> str:
 
 
 def test_promoted_champion_served_over_http_predicts_as_evaluate(repro_project):
-    """`pipeline.promote` makes the run's registered version the champion; a real `mlflow models serve -m
+    """`pipeline.promote` registers the run's logged model (tfpipe-<dataset>, version 1: evaluate registered
+    nothing) and makes that version the champion; a real `mlflow models serve -m
     models:/tfpipe-cifar10@champion` process, fed the raw uint8 test images over HTTP, predicts for each the
     class the evaluate stage recorded (plots/confusion_matrix.csv, one row per test example, in order); a wrong
     image shape or float pixels get a 400 whose message is one short line (issue 33)."""
@@ -215,7 +216,12 @@ def test_promoted_champion_served_over_http_predicts_as_evaluate(repro_project):
     project, env, _ = repro_project
     run_id = json.loads((project / "run.json").read_text())["run_id"]
     out = _run([sys.executable, "-m", "pipeline.promote", run_id, "--alias", "champion"], project, env)
+    assert "registered the run's model as tfpipe-cifar10 version 1" in out, out
     assert "tfpipe-cifar10 version 1 is 'champion' (was unset)" in out, out
+    tags = _client(project).get_run(run_id).data.tags
+    assert (tags["registry.name"], tags["registry.version"]) == ("tfpipe-cifar10", "1")
+    (version,) = _client(project).search_model_versions("name='tfpipe-cifar10'")
+    assert version.run_id == run_id and version.source == tags["model_uri"]
     prepared = project / "data" / "prepared" / "cifar10"
     class_names = data.load_manifest(prepared)["class_names"]
     batches = data.make_dataset(prepared, "test", batch_size=1000, training=False, seed=0, cache=False)
@@ -379,7 +385,7 @@ def test_a_shard_rewritten_with_its_manifest_is_caught_by_the_recorded_digest(re
             path.write_bytes(data)
     restored = _audit(project, env, run_id).stdout
     assert " match " in _line(restored, "data.manifest")  # restored
-    # the registry, read live: the serving test before made this version the champion
+    # the registry, read live: the serving test before registered this version and made it the champion
     assert "registered model: tfpipe-cifar10 version 1 (aliases: champion)" in restored, restored
 
 
@@ -507,7 +513,11 @@ def test_mlflow_run_on_a_real_cifar10_subset(tmp_path, image_dir, text_dir):
     ignored_before = _ignored(project, env)
     here = tmp_path / "elsewhere"
     here.mkdir()
-    overrides = f"data.source=directory data.path={raw} train.epochs=2 train.batch_size_per_replica=32"
+    # on top of the project's params.yaml (the tiny config): every example of the subset, not the smoke preset's 256
+    overrides = (
+        f"data.source=directory data.path={raw} data.max_examples_per_split=null train.epochs=2 "
+        "train.batch_size_per_replica=32"
+    )
     command = [sys.executable, "-m", "mlflow", "run", f"file://{project}", "--env-manager", "local"]
     out = _run(
         [*command, "--experiment-name", "tfpipe", "-P", f"overrides={overrides}"],

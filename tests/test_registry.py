@@ -1,6 +1,8 @@
-"""The model registry against a real SQLite MLflow store: registration with the test metrics linked to the logged
-model, promotion (never to a worse model without --force), the promote command line's bad input (one line, exit 2)
-and the audit's registry line. The evaluate stage's own registration runs in tests/test_pipeline_e2e.py."""
+"""The model registry against a real SQLite MLflow store: registration with the test metrics linked to the
+logged model (evaluate, with tracking.register_model=true), promotion (never to a worse model without --force)
+and the version it makes (a run is registered when it is promoted, not when it is evaluated: a refused
+promotion registers nothing), the promote command line's bad input (one line, exit 2) and the audit's registry
+line. The evaluate stage's default (no version) runs here and in tests/test_pipeline_e2e.py."""
 
 from __future__ import annotations
 
@@ -26,14 +28,16 @@ NAME = "tfpipe-test"
 def _evaluated(
     cfg, project, saved_models, prepared, metrics: dict, name: str | None = NAME
 ) -> tuple[str, str]:
-    """A run with a logged model, its test metrics linked to the model and the model registered (as the
-    evaluate stage does). Returns (run id, model id)."""
+    """A run with its params and a logged model (as the train stage makes it), its test metrics linked to the
+    model and, unless `name` is None, the model registered as `name` (as the evaluate stage does with
+    tracking.register_model=true). Returns (run id, model id)."""
     from tfpipe import data, tracking
     from tfpipe.tracking import registry
 
     manifest = data.load_manifest(prepared.prepared_dir)
     digest = data.manifest_digest(prepared.prepared_dir)
     with tracking.start_run(cfg, project, stage="train") as run:
+        run.log_params(cfg.flat())
         run.log_model(saved_models["image"], modality="image", class_names=IMAGE_CLASSES)
         model_id = registry.log_test_metrics(
             run, metrics, manifest=manifest, digest=digest, prepared=prepared.prepared_dir
@@ -120,11 +124,14 @@ def test_promotion_never_moves_the_alias_to_a_worse_model(cfg, project, saved_mo
 def test_the_evaluate_stage_registers_under_the_default_name_and_auto_promotes(
     make_config, project, saved_models, prepared_image
 ):
-    """stages._register, as run_evaluate calls it: tfpipe-<dataset>, and with tracking.auto_promote_alias the
-    alias moves only to a model that beats its current one."""
+    """stages._register, as run_evaluate calls it with tracking.register_model=true: every run registered as
+    tfpipe-<dataset>, and with tracking.auto_promote_alias the alias moves only to a model that beats its
+    current one."""
     from tfpipe import stages, tracking
 
-    cfg = make_config("experiment=smoke", "tracking.auto_promote_alias=champion")
+    cfg = make_config(
+        "experiment=smoke", "tracking.register_model=true", "tracking.auto_promote_alias=champion"
+    )
     champions = []
     for acc in (0.5, 0.4, 0.7):
         run_id, model_id = _evaluated(
@@ -134,6 +141,134 @@ def test_the_evaluate_stage_registers_under_the_default_name_and_auto_promotes(
             stages._register(run, cfg, model_id)
         champions.append(_client(project).get_model_version_by_alias("tfpipe-cifar10", "champion").version)
     assert champions == [1, 1, 3]
+
+
+def _versions(project: Path) -> list:
+    """Every registered version in the store: [(name, version, run id)], oldest first."""
+    found = _client(project).search_model_versions("")
+    return sorted((v.name, str(v.version), v.run_id) for v in found)
+
+
+@pytest.mark.slow  # trains a model (one epoch of two steps) and evaluates it in-process
+def test_the_default_evaluate_registers_nothing_and_promote_registers_the_run(
+    prepared_image, tmp_path, monkeypatch
+):
+    """run_train + run_evaluate with conf/'s defaults (tracking.register_model=false): the run has its logged
+    model and test metrics but no version; `promote` registers it under the name it was made with."""
+    from conftest import seed_store, stages_in_process
+
+    from tfpipe import config
+    from tfpipe.tracking import registry
+
+    seed_store(tmp_path)
+    cfg = config.compose(
+        [
+            "data.source=directory",
+            f"data.output_dir={prepared_image.prepared_dir}",
+            "model.filters=[8,8]",
+            "model.dense_units=16",
+            "train.batch_size_per_replica=4",
+            "train.epochs=1",
+            "train.steps_per_epoch=2",
+        ],
+        config_dir=ROOT / "conf",
+    )
+    assert cfg.tracking.register_model is False and cfg.tracking.log_model is True
+    run_id = stages_in_process(cfg, tmp_path, monkeypatch, "train", "evaluate")
+    run = _client(tmp_path).get_run(run_id)
+    assert "test_accuracy" in run.data.metrics and run.data.tags["model_uri"].startswith("models:/")
+    assert _versions(tmp_path) == [] and registry.NAME_TAG not in run.data.tags
+    result = registry.promote(_uri(tmp_path), run_id, "champion")
+    assert result == {
+        "name": "tfpipe-cifar10",
+        "version": "1",
+        "alias": "champion",
+        "previous": None,
+        "registered": True,
+    }
+    assert _versions(tmp_path) == [("tfpipe-cifar10", "1", run_id)]
+    tags = _client(tmp_path).get_run(run_id).data.tags
+    assert (tags[registry.NAME_TAG], tags[registry.VERSION_TAG]) == ("tfpipe-cifar10", "1")
+
+
+def test_promote_registers_the_run_it_promotes_and_a_refusal_registers_nothing(
+    make_config, project, saved_models, prepared_image
+):
+    """Runs evaluated with the default (no version): promoting one registers it as version 1 under its
+    tracking.registered_model_name; a better one becomes version 2 and takes the alias; a worse one is refused
+    and the store's versions stay as they were (no version, no registry tags on the refused run)."""
+    from tfpipe.tracking import registry
+
+    cfg = make_config("experiment=smoke", f"tracking.registered_model_name={NAME}")
+    uri = _uri(project)
+    first, better, worse = (
+        _evaluated(cfg, project, saved_models, prepared_image, {"test_accuracy": acc}, None)[0]
+        for acc in (0.5, 0.7, 0.4)
+    )
+    assert _versions(project) == []
+    assert registry.promote(uri, first, "champion")["registered"] is True
+    assert _versions(project) == [(NAME, "1", first)]
+    result = registry.promote(uri, better, "champion")
+    assert (result["version"], result["previous"], result["registered"]) == ("2", "1", True)
+    assert _versions(project) == [(NAME, "1", first), (NAME, "2", better)]
+    assert _client(project).get_model_version_by_alias(NAME, "champion").version == 2
+    with pytest.raises(registry.NotBetter, match=r"test_accuracy=0.4, worse than 0.7 of version 2"):
+        registry.promote(uri, worse, "champion")
+    assert _versions(project) == [(NAME, "1", first), (NAME, "2", better)]
+    assert registry.NAME_TAG not in _client(project).get_run(worse).data.tags
+    again = registry.promote(uri, better, "champion")  # already there: nothing made, nothing moved
+    assert (again["version"], again["previous"], again["registered"]) == ("2", "2", False)
+    assert len(_versions(project)) == 2
+
+
+def test_a_run_evaluate_registered_is_not_registered_again(cfg, project, saved_models, prepared_image):
+    """With tracking.register_model=true evaluate made the version: promote moves the alias to it."""
+    from tfpipe.tracking import registry
+
+    run_id, _ = _evaluated(cfg, project, saved_models, prepared_image, {"test_accuracy": 0.6})
+    assert _versions(project) == [(NAME, "1", run_id)]
+    result = registry.promote(_uri(project), run_id, "champion")
+    assert (result["name"], result["version"], result["registered"]) == (NAME, "1", False)
+    assert _versions(project) == [(NAME, "1", run_id)]  # not tfpipe-cifar10, the name its params give
+
+
+def test_auto_promote_registers_only_the_models_it_promotes(cfg, project, saved_models, prepared_image):
+    """tracking.auto_promote_alias without tracking.register_model: what evaluate passes to auto_promote; a
+    model that does not beat the alias's leaves no version behind."""
+    from tfpipe.tracking import registry
+
+    uri = _uri(project)
+    moved = []
+    for acc in (0.5, 0.4, 0.7):
+        run_id, _ = _evaluated(cfg, project, saved_models, prepared_image, {"test_accuracy": acc}, None)
+        evaluated = SimpleNamespace(tracking_uri=uri, run_id=run_id)
+        result = registry.auto_promote(evaluated, "champion", metric="test_accuracy", mode="max")
+        moved.append(result and (result["version"], result["registered"]))
+    assert moved == [("1", True), None, ("2", True)]
+    assert [v[:2] for v in _versions(project)] == [("tfpipe-cifar10", "1"), ("tfpipe-cifar10", "2")]
+
+
+def test_a_run_that_cannot_be_registered_is_one_line_and_changes_nothing(
+    cfg, project, saved_models, prepared_image
+):
+    """No logged model, or a logged model never evaluated (no metric, unless --force): one line saying what to
+    do, no version made."""
+    from tfpipe import tracking
+    from tfpipe.tracking import registry
+
+    uri = _uri(project)
+    with tracking.start_run(cfg, project, stage="train") as bare:
+        bare.log_params(cfg.flat())
+    with pytest.raises(TrackingError, match="has no logged model to register") as info:
+        registry.promote(uri, bare.run_id, "champion")
+    assert "\n" not in str(info.value) and "tracking.log_model=true" in str(info.value)
+    with tracking.start_run(cfg, project, stage="train") as trained:
+        trained.log_params(cfg.flat())
+        trained.log_model(saved_models["image"], modality="image", class_names=IMAGE_CLASSES)
+    with pytest.raises(TrackingError, match="has no metric 'test_accuracy' yet; evaluate it first"):
+        registry.promote(uri, trained.run_id, "champion")
+    assert _versions(project) == []
+    assert registry.promote(uri, trained.run_id, "champion", force=True)["version"] == "1"
 
 
 def _promote(project: Path, *args: str) -> subprocess.CompletedProcess:
@@ -180,12 +315,20 @@ def test_promote_command_line(cfg, project, saved_models, prepared_image, capsys
     line = _one_error_line(_promote_here(project, capsys, worse, "--alias", "champion"))
     assert "test_accuracy=0.3, worse than 0.6 of version 1" in line and "--force" in line, line
     assert "not found" in _one_error_line(_promote_here(project, capsys, "0123456789abcdef0123456789abcdef"))
-    assert "has no registered model" in _one_error_line(_promote_here(project, capsys, bare.run_id))
+    line = _one_error_line(_promote_here(project, capsys, bare.run_id))
+    assert "has no logged model to register" in line and "tracking.log_model=true" in line, line
     assert "not a valid registry alias" in _one_error_line(
         _promote_here(project, capsys, good, "--alias", "my champ")
     )
     proc = _promote_here(project, capsys, worse, "--alias", "champion", "--force")
     assert proc.returncode == 0 and "version 2 is 'champion' (was 1)" in proc.stdout, proc.stderr
+    unregistered, _ = _evaluated(cfg, project, saved_models, prepared_image, {"test_accuracy": 0.9}, None)
+    proc = _promote_here(project, capsys, unregistered)  # its params name it: tfpipe-cifar10
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "registered the run's model as tfpipe-cifar10 version 1",
+        "tfpipe-cifar10 version 1 is 'champion' (was unset)",
+    ], proc.stdout
 
 
 def post_when_up(proc, port: int, payload: dict, timeout: float = 240) -> list:

@@ -32,11 +32,12 @@ def _compose(project: Path, *overrides):
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory, image_dir):
-    """A project whose 3-class `colours` model is trained, evaluated (registered as tfpipe-colours) and the
-    'champion'; a 2-class copy of the images for the warm-started runs. (project, run id, two-class folder)"""
+    """A project whose 3-class `colours` model is trained, evaluated and promoted (registered as tfpipe-colours,
+    'champion'); a 2-class copy of the images for the warm-started runs. (project, run id, two-class folder)"""
     from mlflow import MlflowClient
 
     from tfpipe import stages
+    from tfpipe.tracking import registry
 
     project = tmp_path_factory.mktemp("warm") / "project"
     project.mkdir()
@@ -49,7 +50,7 @@ def source(tmp_path_factory, image_dir):
         stages.run_all(_compose(project, "dataset.name=colours", f"data.path={image_dir}"), project)
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("tfpipe").experiment_id])
-    client.set_registered_model_alias("tfpipe-colours", "champion", "1")
+    registry.promote(f"sqlite:///{project / 'mlflow.db'}", run.info.run_id, "champion")  # registers version 1
     return project, run.info.run_id, two
 
 

@@ -228,7 +228,7 @@ def run_evaluate(cfg: Config, root: Path):
         run.log_artifact(root / CONFUSION_CSV, "plots")
         run.log_artifact(root / CONFUSION_PNG, "plots")
         run.set_tags(tracking.dvc_lock_tags(provenance.collect(root)))
-        if model_id and cfg.tracking.register_model:
+        if model_id and (cfg.tracking.register_model or cfg.tracking.auto_promote_alias):
             _register(run, cfg, model_id)
     where = tracking.where(run, root)
     log.info(
@@ -242,10 +242,11 @@ def run_evaluate(cfg: Config, root: Path):
 
 
 def _register(run, cfg: Config, model_id: str) -> None:
-    """The logged model registered (tracking.registered_model_name); the alias moved when it beats its model."""
+    """The logged model registered (register_model); the alias moved, registering it, when it beats its model."""
     from tfpipe.tracking import registry
 
-    registry.register(run, model_id, cfg.tracking.model_name(cfg.dataset.name))
+    if cfg.tracking.register_model:  # else only what auto_promote promotes is registered
+        registry.register(run, model_id, cfg.tracking.model_name(cfg.dataset.name))
     if cfg.tracking.auto_promote_alias:
         registry.auto_promote(
             run,

@@ -1,8 +1,11 @@
 """Promotion: `python -m pipeline.promote RUN_ID --alias champion [--force] [--metric M] [--mode max|min]`.
 
-Points the alias of the run's registered model (registered by the evaluate stage) at the run's version. It never
+Points the alias of the run's registered model at the run's version. A run with no registered version yet
+(the default: evaluate registers only with tracking.register_model=true) gets one first: its logged model,
+under the name the run was made with (tracking.registered_model_name, else tfpipe-<dataset.name>). It never
 moves the alias to a model whose metric (tracking.promote_metric / promote_mode in params.yaml, or --metric /
---mode) is worse than that of the alias's current model, unless --force.
+--mode) is worse than that of the alias's current model, unless --force; a refused promotion registers
+nothing.
 Exit codes: 0 promoted (or already there), 2 bad input or refused (one line on stderr).
 """
 
@@ -17,7 +20,7 @@ from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
-DOC = "Point a registry alias (e.g. champion) at a run's registered model version."
+DOC = "Point a registry alias (e.g. champion) at a run's model version (registering the model if need be)."
 
 
 def _tracking_defaults(root: Path):
@@ -29,7 +32,7 @@ def _tracking_defaults(root: Path):
 
 def main(argv=None, prog: str = "python -m pipeline.promote") -> int:
     parser = CommandParser(prog=prog, description=DOC, does="moves a registry alias to a run's model")
-    parser.add_argument("run_id")
+    parser.add_argument("run_id", help="the run's id, or a unique prefix of it (at least 8 characters)")
     parser.add_argument("--alias", default="champion", help="registry alias to move (default: champion)")
     parser.add_argument("--force", action="store_true", help="move it even to a worse model")
     parser.add_argument(
@@ -46,13 +49,15 @@ def main(argv=None, prog: str = "python -m pipeline.promote") -> int:
     from tfpipe.audit import tracking_uri_for
     from tfpipe.errors import USER_ERRORS
     from tfpipe.tracking import registry
+    from tfpipe.tracking.runids import resolve_run_id
 
     root = Path.cwd()
     try:
         defaults = _tracking_defaults(root)
+        uri = tracking_uri_for(root, args.tracking_uri)
         result = registry.promote(
-            tracking_uri_for(root, args.tracking_uri),
-            args.run_id,
+            uri,
+            resolve_run_id(uri, args.run_id),
             args.alias,
             metric=args.metric or defaults.promote_metric,
             mode=args.mode or defaults.promote_mode,
@@ -61,6 +66,8 @@ def main(argv=None, prog: str = "python -m pipeline.promote") -> int:
     except USER_ERRORS as exc:
         print(f"promote: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if result.get("registered"):
+        print(f"registered the run's model as {result['name']} version {result['version']}")
     was = "unchanged" if result["previous"] == result["version"] else f"was {result['previous'] or 'unset'}"
     print(f"{result['name']} version {result['version']} is {result['alias']!r} ({was})")
     return EXIT_OK

@@ -1,14 +1,20 @@
-"""The MLflow model registry: the evaluate stage links the test metrics to the run's logged model and registers
-it; `promote` moves an alias (e.g. champion) to a run's registered version, never to a worse one unless forced;
-`model_versions` lists a run's registered versions with their aliases (for the audit).
+"""The MLflow model registry: a version is made for a model that may be served, not for every run.
+`promote` moves an alias (e.g. champion) to a run's version, never to a worse one unless forced, and registers
+the run's logged model first when the run has no version yet (only once the promotion is allowed: a refused
+promotion registers nothing). The evaluate stage links the test metrics to the run's logged model; it
+registers the model itself only with tracking.register_model=true (`register`), or when
+tracking.auto_promote_alias moves the alias to it (`auto_promote`). `model_versions` lists a run's registered
+versions with their aliases.
 
 The registry is MLflow's: MLFLOW_REGISTRY_URI when set, else the tracking store. Every failure is one line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
 from typing import Optional
 
 import mlflow
@@ -59,27 +65,81 @@ def log_test_metrics(run, metrics: dict, *, manifest: dict, digest: str, prepare
 
 
 def register(run, model_id: str, name: str) -> dict:
-    """Register the logged model as a version of `name` (once: evaluating again reuses the version); the run is
-    tagged registry.name / registry.version. Returns {"name", "version"}."""
+    """Register the logged model as a version of `name` (once: evaluating again reuses the version); the run
+    is tagged registry.name / registry.version. Returns {"name", "version"}. The evaluate stage calls it with
+    tracking.register_model=true; by default `promote` registers the run it promotes."""
     where = redact_url(mlflow.get_registry_uri())
-    try:
-        versions = run.client.search_model_versions(f"name='{name}' and run_id='{run.run_id}'")
-        source = f"{MODELS_SCHEME}{model_id}"
-        mine = [v for v in versions if v.source == source]  # (the version's model_id field stays empty)
-        version = mine[0] if mine else mlflow.register_model(source, name)
-    except MlflowException as exc:
-        raise TrackingError(
-            f"could not register the model of run {run.run_id} as {name!r} in the registry at {where}: "
-            f"{one_line(exc, 300)}; set tracking.register_model=false to skip registration"
-        ) from None
-    run.set_tags({NAME_TAG: name, VERSION_TAG: version.version})
+    version = _register_version(
+        run.client,
+        run.run_id,
+        model_id,
+        name,
+        where,
+        hint="set tracking.register_model=false to skip registration",
+    )
     log.info("registered model %s version %s (%s)", name, version.version, where)
     return {"name": name, "version": str(version.version)}
 
 
+@contextlib.contextmanager
+def _default_store(uri: str):
+    """`uri` as MLflow's default store meanwhile: MLflow 3.17's SQL registry looks the logged model of a new
+    version (`models:/m-...`) up in its default store, not in the store of the client that registers it (so
+    `promote --tracking-uri` elsewhere found no model, and made ./mlflow.db)."""
+    previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(previous)  # None: unset again (also the exported MLFLOW_TRACKING_URI)
+
+
+def _register_version(client: MlflowClient, run_id: str, model_id: str, name: str, where: str, *, hint: str):
+    """The run's version of `name` for the logged model `model_id`: the existing one, else a new one; the
+    run is tagged registry.name / registry.version. A refusing registry: one line naming it, then `hint`."""
+    source = f"{MODELS_SCHEME}{model_id}"
+    try:
+        versions = client.search_model_versions(f"name='{name}' and run_id='{run_id}'")
+        mine = [v for v in versions if v.source == source]  # (the version's model_id field stays empty)
+        if mine:
+            version = mine[0]
+        else:
+            try:
+                client.create_registered_model(name)
+            except MlflowException as exc:
+                if exc.error_code not in ("RESOURCE_ALREADY_EXISTS", "ALREADY_EXISTS"):
+                    raise
+            with _default_store(client.tracking_uri):
+                version = client.create_model_version(name, source, run_id=run_id, model_id=model_id)
+        client.set_tag(run_id, NAME_TAG, name)
+        client.set_tag(run_id, VERSION_TAG, str(version.version))
+    except MlflowException as exc:
+        raise TrackingError(
+            f"could not register the model of run {run_id} as {name!r} in the registry at {where}: "
+            f"{one_line(exc, 300)}; {hint}"
+        ) from None
+    return version
+
+
+def registered_name(params: dict) -> Optional[str]:
+    """The registry name a run was made with, read from its params: tracking.registered_model_name when set,
+    else tfpipe-<dataset.name> (TrackingConfig.model_name's rule). None when the run recorded neither."""
+    from tfpipe.config import TrackingConfig
+
+    def value(key: str) -> Optional[str]:
+        found = params.get(key)
+        return None if found in (None, "", "None") else found  # a param records None as 'None'
+
+    explicit, dataset = value("tracking.registered_model_name"), value("dataset.name")
+    if explicit is None and dataset is None:
+        return None
+    return TrackingConfig(registered_model_name=explicit).model_name(dataset)
+
+
 def auto_promote(run, alias: str, *, metric: str, mode: str) -> Optional[dict]:
-    """After registration: move `alias` to this run's version when its metric beats the alias's model (or the
-    alias is unset). A model that does not beat it leaves the alias where it is (logged, not an error)."""
+    """After evaluation: move `alias` to this run's version when its metric beats the alias's model (or the
+    alias is unset), registering the run's logged model first when it has no version yet. A model that does
+    not beat it leaves the alias where it is and the registry as it was (logged, not an error)."""
     try:
         return promote(run.tracking_uri, run.run_id, alias, metric=metric, mode=mode, strict=True)
     except NotBetter as exc:
@@ -93,16 +153,37 @@ def _client(uri: str) -> MlflowClient:
 
 
 def _run_version(client: MlflowClient, run):
-    """The run's registered version: the one its tags name, else its newest."""
+    """The run's registered version: the one its tags name, else its newest; None when it has none."""
     tags = run.data.tags
     versions = client.search_model_versions(f"run_id='{run.info.run_id}'")
     named = [v for v in versions if (v.name, str(v.version)) == (tags.get(NAME_TAG), tags.get(VERSION_TAG))]
-    if named or versions:
-        return (named or sorted(versions, key=lambda v: int(v.version)))[-1]
-    raise TrackingError(
-        f"run {run.info.run_id} has no registered model; the evaluate stage registers it "
-        "(tracking.log_model=true, tracking.register_model=true)"
-    )
+    return (named or sorted(versions, key=lambda v: int(v.version)) or [None])[-1]
+
+
+def _to_register(run, metric: str, force: bool) -> tuple:
+    """(registry name, logged model id) of a run that has no registered version yet: its logged model,
+    under the name it was made with. A run without one, or (unless forced) not evaluated yet: one line."""
+    run_id = run.info.run_id
+    uri = run.data.tags.get("model_uri", "")
+    if not uri.startswith(MODELS_SCHEME):
+        raise TrackingError(
+            f"run {run_id} has no logged model to register (it trained with tracking.log_model=false); "
+            "train again with tracking.log_model=true, evaluate, then promote that run"
+        )
+    name = registered_name(run.data.params)
+    if name is None:
+        raise TrackingError(
+            f"run {run_id} records neither tracking.registered_model_name nor dataset.name, so its registry "
+            f"name is unknown; register its model by hand (mlflow.register_model('{uri}', NAME)), "
+            "then promote"
+        )
+    new = run.data.metrics.get(metric)
+    if not force and (new is None or math.isnan(new)):
+        raise TrackingError(
+            f"run {run_id} has no metric {metric!r} yet; evaluate it first, pick another with --metric, "
+            "or --force"
+        )
+    return name, uri[len(MODELS_SCHEME) :]
 
 
 def _alias_version(client: MlflowClient, name: str, alias: str):
@@ -146,31 +227,62 @@ def promote(
     force: bool = False,
     strict: bool = False,
 ) -> dict:
-    """Point `alias` of the run's registered model at the run's version. Refused (NotBetter) when the run's
-    `metric` is worse (strict: not better) than that of the alias's current version, unless `force`.
-    Returns {"name", "version", "alias", "previous"} (previous: the version it pointed at, or None)."""
+    """Point `alias` of the run's registered model at the run's version. A run with no registered version
+    gets one first: its logged model under the name it was made with (`registered_name`), registered only once
+    the promotion is allowed. Refused (NotBetter) when the run's `metric` is worse (strict: not better) than
+    that of the alias's current version, unless `force`. Returns {"name", "version", "alias", "previous",
+    "registered"} (previous: the version it pointed at, or None; registered: whether this call made it)."""
     checks.registry_alias("--alias", alias)
     checks.choice("--mode", mode, ("max", "min"))
     client = _client(uri)
     run = get_run(client, uri, run_id)
     try:
         version = _run_version(client, run)
-        current = _alias_version(client, version.name, alias)
+        if version is None:
+            name, model_id = _to_register(run, metric, force)
+        else:
+            name = version.name
+        current = _alias_version(client, name, alias)
         previous = str(current.version) if current else None
-        if current and str(current.version) == str(version.version):
+        if version is not None and previous == str(version.version):
             return {
-                "name": version.name,
-                "version": str(version.version),
+                "name": name,
+                "version": previous,
                 "alias": alias,
                 "previous": previous,
+                "registered": False,
             }
         if current and not force:
             _check_not_worse(client, run, current, alias, metric=metric, mode=mode, strict=strict)
-        client.set_registered_model_alias(version.name, alias, version.version)
+        registered = version is None
+        if registered:  # allowed: only now is a version made
+            version = _register_promoted(client, uri, run.info.run_id, model_id, name)
+        client.set_registered_model_alias(name, alias, version.version)
     except MlflowException as exc:
         raise TrackingError(f"could not promote run {run_id} to {alias!r}: {one_line(exc, 300)}") from None
-    log.info("%s version %s is now %r (was %s)", version.name, version.version, alias, previous or "unset")
-    return {"name": version.name, "version": str(version.version), "alias": alias, "previous": previous}
+    log.info("%s version %s is now %r (was %s)", name, version.version, alias, previous or "unset")
+    return {
+        "name": name,
+        "version": str(version.version),
+        "alias": alias,
+        "previous": previous,
+        "registered": registered,
+    }
+
+
+def _register_promoted(client: MlflowClient, uri: str, run_id: str, model_id: str, name: str):
+    """The version `promote` makes of a run it is allowed to promote."""
+    where = redact_url(os.environ.get("MLFLOW_REGISTRY_URI") or uri)
+    version = _register_version(
+        client,
+        run_id,
+        model_id,
+        name,
+        where,
+        hint="unset MLFLOW_REGISTRY_URI to register in the tracking store",
+    )
+    log.info("registered model %s version %s (%s)", name, version.version, where)
+    return version
 
 
 def model_versions(uri: str, run_id: str) -> list:
