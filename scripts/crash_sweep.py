@@ -316,6 +316,9 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--stages", default="prepare,train,evaluate,dvc")
     parser.add_argument("--instants", type=int, default=60, help="evenly spaced kills per stage")
     parser.add_argument(
+        "--writes", type=int, help="kills after at most this many of the writes seen (default: all)"
+    )
+    parser.add_argument(
         "--keep", type=Path, help="work in this folder and keep it (default: a temporary one)"
     )
     args = parser.parse_args(argv)

