@@ -58,7 +58,14 @@ COMMANDS = {
     "prepare": [PY, "-m", "pipeline.prepare"],
     "train": [PY, "-m", "pipeline.train"],
     "evaluate": [PY, "-m", "pipeline.evaluate"],
-    "dvc": [PY, "-m", "dvc", "exp", "run"],
+    "dvc": [
+        PY,
+        "-m",
+        "dvc",
+        "exp",
+        "run",
+        *(a for o in TINY for a in ("-S", o)),
+    ],  # DVC composes conf/ itself
 }
 AFTER = {"prepare": ["train", "evaluate"], "train": ["evaluate"], "evaluate": [], "dvc": []}
 START = {

@@ -59,12 +59,13 @@ def _anomalies(tree: Path, out: Path, *overrides: str) -> list:
 # ----------------------------------------------------------------------------- a policy per check
 
 
-def test_a_policy_per_check_fails_only_on_the_checks_set_to_fail(capsys, trees, tmp_path):
+def test_a_policy_per_check_fails_only_on_the_checks_set_to_fail(capsys, trees, tmp_path, scratch_root):
     _, skewed, _, reference = trees
     ref = f"data.validation.reference={reference}"
     lenient = _anomalies(skewed, tmp_path / "a", ref, "data.validation.drift={classes:fail,oov:fail}")
     assert lenient == [SHARE_LINE]  # class_share not named: warn
-    code, lines = _cli(capsys, _argv(skewed, tmp_path / "b", ref, "data.validation.drift={class_share:fail}"))
+    argv = _argv(skewed, tmp_path / "b", ref, "data.validation.drift={class_share:fail}")
+    code, lines = _cli(capsys, argv, scratch_root)
     assert code == 2 and lines == [
         f"prepare: error: data.validation.drift.class_share=fail: {SHARE_LINE}; "
         "or set data.validation.drift.class_share=warn"
@@ -72,7 +73,7 @@ def test_a_policy_per_check_fails_only_on_the_checks_set_to_fail(capsys, trees, 
     assert not (tmp_path / "b").exists()
 
 
-def test_image_statistics_moved_are_found_per_channel_and_nothing_else(capsys, trees, tmp_path):
+def test_image_statistics_moved_are_found_per_channel_and_nothing_else(capsys, trees, tmp_path, scratch_root):
     clean, _, brighter, reference = trees
     ref = f"data.validation.reference={reference}"
     old = load_report(reference.parent)["splits"]["test"]
@@ -86,7 +87,7 @@ def test_image_statistics_moved_are_found_per_channel_and_nothing_else(capsys, t
     assert _anomalies(brighter, tmp_path / "b", ref, "data.validation.max_pixel_shift=80") == []
     assert _anomalies(clean, tmp_path / "c", ref) == []
     argv = _argv(brighter, tmp_path / "d", ref, "data.validation.drift={image_stats:fail,class_share:fail}")
-    code, lines = _cli(capsys, argv)
+    code, lines = _cli(capsys, argv, scratch_root)
     assert (
         code == 2
         and len(lines) == 1
@@ -117,17 +118,20 @@ def test_image_statistics_moved_are_found_per_channel_and_nothing_else(capsys, t
     ],
 )
 def test_an_unknown_check_policy_or_distance_is_refused_before_anything_is_read(
-    capsys, tmp_path, override, key
+    capsys, tmp_path, override, key, scratch_root
 ):
     override = override.replace("OUT", str(tmp_path / "out"))
-    code, lines = _cli(capsys, _argv(tmp_path / "does-not-exist", tmp_path / "out", *override.split()))
+    argv = _argv(tmp_path / "does-not-exist", tmp_path / "out", *override.split())
+    code, lines = _cli(capsys, argv, scratch_root)
     assert code == 2 and len(lines) == 1 and key in lines[0], lines
     assert not (tmp_path / "out").exists()
 
 
-def test_an_unknown_check_names_the_allowed_ones(capsys, tmp_path):
+def test_an_unknown_check_names_the_allowed_ones(capsys, tmp_path, scratch_root):
     _, lines = _cli(
-        capsys, _argv(tmp_path / "nothing", tmp_path / "out", "data.validation.drift={clases:fail}")
+        capsys,
+        _argv(tmp_path / "nothing", tmp_path / "out", "data.validation.drift={clases:fail}"),
+        scratch_root,
     )
     assert lines[0].endswith(
         "(did you mean 'classes'?); allowed: classes, class_share, oov, text_length, image_modes, image_stats"
@@ -150,7 +154,7 @@ def test_a_text_length_jump_is_found_per_statistic_and_nothing_else(texts, tmp_p
     assert _anomalies(longer, tmp_path / "c", imdb, ref, "data.validation.max_length_shift=3") == []
 
 
-def test_text_length_fail_stops_prepare_in_one_line_and_writes_nothing(capsys, texts, tmp_path):
+def test_text_length_fail_stops_prepare_in_one_line_and_writes_nothing(capsys, texts, tmp_path, scratch_root):
     _, longer, reference = texts
     old = load_report(reference.parent)["splits"]["test"]["tokens"]["median"]
     argv = _argv(
@@ -160,7 +164,7 @@ def test_text_length_fail_stops_prepare_in_one_line_and_writes_nothing(capsys, t
         f"data.validation.reference={reference}",
         "data.validation.drift={text_length:fail}",
     )
-    code, lines = _cli(capsys, argv)
+    code, lines = _cli(capsys, argv, scratch_root)
     assert code == 2 and len(lines) == 1, lines
     assert lines[0].startswith(
         f"prepare: error: data.validation.drift.text_length=fail: test: tokens.median: reference {old:.1f}, now "
@@ -207,7 +211,9 @@ def test_share_distance_js_reports_the_split_shares_and_the_divergence(trees, tm
 # ----------------------------------------------------------------------------- reference=auto
 
 
-def test_auto_reference_pins_the_first_prepare_and_finds_drift_in_the_next(capsys, trees, tmp_path):
+def test_auto_reference_pins_the_first_prepare_and_finds_drift_in_the_next(
+    capsys, trees, tmp_path, scratch_root
+):
     clean, skewed, _, _ = trees
     pinned = tmp_path / "reference" / "report.json"
     auto = ("data.validation.reference=auto", f"data.validation.auto_reference={pinned}")
@@ -222,7 +228,9 @@ def test_auto_reference_pins_the_first_prepare_and_finds_drift_in_the_next(capsy
         "anomalies": [SHARE_LINE],
     }
     assert load_report(pinned.parent)["splits"]["test"]["num_examples"] == 9  # still the first version's
-    code, lines = _cli(capsys, _argv(tmp_path / "no-data", tmp_path / "text", *auto, "dataset=imdb"))
+    code, lines = _cli(
+        capsys, _argv(tmp_path / "no-data", tmp_path / "text", *auto, "dataset=imdb"), scratch_root
+    )
     assert code == 2 and len(lines) == 1, lines
     assert "data.validation.auto_reference=" in lines[0] and "a report of image data" in lines[0]
 

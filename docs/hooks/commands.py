@@ -2,12 +2,11 @@
 
 What it knows: each subcommand `tfpipe.cli.USAGE` names, its `--help` (argparse's captured in-process at a fixed
 width; Hydra's sweep app in a child process) and the exit codes its module's docstring states (which module
-serves which subcommand is read from `tfpipe.cli.main`'s imports with ast). What it does not: exit codes a
+serves which subcommand is `tfpipe.cli.COMMANDS`'s). What it does not: exit codes a
 docstring does not state. It imports no TensorFlow, Keras or MLflow."""
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
 import importlib
@@ -48,12 +47,12 @@ def commands_reference() -> str:
     """The commands page: each subcommand of `tfpipe.cli.USAGE`, its --help and its docstring's exit codes."""
     from tfpipe import cli
 
-    dispatch, stages = _command_modules()
+    dispatch = _command_modules()
     intro = "This page is generated from each `tfpipe` subcommand's `--help` when the site is built."
-    out = [f"# Commands\n\n{intro}\n\n```text\n$ tfpipe --help\n{cli.USAGE}\n```\n"]
+    out = [f"# Commands\n\n{intro}\n\n```text\n$ tfpipe --help\n{cli.help_text()}\n```\n"]
     for sub in re.search(r"\{([^}]*)\}", cli.USAGE)[1].split(","):
         out.append(f"## tfpipe {sub}\n\n```text\n{_help(sub).rstrip()}\n```\n")
-        module = dispatch[sub] if sub in dispatch else stages
+        module = dispatch[sub]
         if module is not None and (codes := _exit_codes(sub, module)):
             out.append(f"From the docstring of `{module.__name__}`: {_md(codes)}\n")
     return "\n".join(out)
@@ -85,30 +84,11 @@ def _help(sub: str) -> str:
     return out.getvalue()
 
 
-def _command_modules() -> tuple:
-    """({subcommand: its module}, the stages' module), from the imports of `tfpipe.cli.main`'s branches."""
+def _command_modules() -> dict:
+    """{subcommand: the module whose docstring states its exit codes, or None}: `tfpipe.cli.COMMANDS`'s."""
     from tfpipe import cli
 
-    dispatch, stages = {}, None
-    for node in ast.parse(_source(cli.main)).body[0].body:
-        test = getattr(node, "test", None)
-        imports = [n for n in ast.walk(node) if isinstance(n, ast.ImportFrom)]
-        if isinstance(node, ast.ImportFrom):  # after the branches: the stages' entry point
-            stages = _module(node)
-        elif isinstance(test, ast.Compare) and getattr(test.left, "id", "") == "name":
-            with contextlib.suppress(ValueError):  # `name not in stages`: not a literal
-                names = ast.literal_eval(test.comparators[0])
-                module = _module(imports[0]) if imports else None  # sweep: Hydra's app, no module of its own
-                dispatch.update(dict.fromkeys([names] if isinstance(names, str) else names, module))
-    return dispatch, stages
-
-
-def _module(node: ast.ImportFrom):
-    # `from tfpipe.commands import audit` names a module, `from tfpipe.commands.entry import main` a function
-    try:
-        return importlib.import_module(f"{node.module}.{node.names[0].name}")
-    except ImportError:
-        return importlib.import_module(node.module)
+    return {n: importlib.import_module(c.module) if c.module else None for n, c in cli.COMMANDS.items()}
 
 
 def _exit_codes(sub: str, module) -> str:

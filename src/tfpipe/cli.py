@@ -17,11 +17,100 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
 
-USAGE = "usage: tfpipe {prepare,train,evaluate,run-all,launch,audit,compare,promote,tune,predict,serve,sweep,init} [ARGS ...] (tfpipe SUBCOMMAND --help)"
+
+def _stage(name: str) -> Callable[[list], None]:
+    def run(rest: list) -> None:
+        from tfpipe.commands.entry import main as entry_main
+
+        function, description = _stages()[name]
+        entry_main(name.replace("-", "_"), function, description, rest, prog=f"tfpipe {name}")
+
+    return run
+
+
+_AUDIT = "tfpipe.commands.audit"
+
+
+def _audit(name: str) -> Callable[[list], None]:
+    def run(rest: list) -> None:
+        from tfpipe.commands import audit as audit_command
+
+        sys.exit(audit_command.main(name, rest))
+
+    return run
+
+
+def _command(module: str) -> Callable[[list], None]:
+    """`tfpipe.commands.<module>.main(rest, prog=...)` (promote, predict, serve)."""
+
+    def run(rest: list) -> None:
+        import importlib
+
+        sys.exit(importlib.import_module(f"tfpipe.commands.{module}").main(rest, prog=f"tfpipe {module}"))
+
+    return run
+
+
+def _tune(rest: list) -> None:
+    from tfpipe import tuning
+
+    sys.exit(tuning.main(rest, prog="tfpipe tune"))
+
+
+def _init(rest: list) -> None:
+    from tfpipe import scaffold
+
+    sys.exit(scaffold.main(rest))
+
+
+class Command(NamedTuple):
+    what: str  # what it does, in a few words (--help)
+    run: Callable[[list], None]  # the handler, given the arguments after the subcommand
+    module: Optional[
+        str
+    ]  # the module whose docstring states its exit codes (the commands page); None: Hydra's
+
+
+ENTRY = "tfpipe.commands.entry"
+# The one table: --help, the usage line, dispatch and the commands page read it.
+COMMANDS: Dict[str, Command] = {
+    "prepare": Command(
+        "stage: source data -> TFRecord shards, manifest, data report", _stage("prepare"), ENTRY
+    ),
+    "train": Command("stage: prepared data -> model, SavedModel, one MLflow run", _stage("train"), ENTRY),
+    "evaluate": Command(
+        "stage: the SavedModel on the test split, into the train run", _stage("evaluate"), ENTRY
+    ),
+    "run-all": Command("prepare (when stale), train, evaluate", _stage("run-all"), ENTRY),
+    "launch": Command("train under a multi-process strategy on this machine", _stage("launch"), ENTRY),
+    "audit": Command("check a run against this clone, or re-execute it (--rerun)", _audit("audit"), _AUDIT),
+    "compare": Command("how two runs differ", _audit("compare"), _AUDIT),
+    "promote": Command(
+        "register a run's model and move a registry alias to it",
+        _command("promote"),
+        "tfpipe.commands.promote",
+    ),
+    "tune": Command("an Optuna study (conf/tune/NAME.yaml)", _tune, "tfpipe.tuning"),
+    "predict": Command(
+        "batch prediction of a logged model to a CSV", _command("predict"), "tfpipe.commands.predict"
+    ),
+    "serve": Command(
+        "check a logged model, then serve it over HTTP", _command("serve"), "tfpipe.commands.serve"
+    ),
+    "sweep": Command("Hydra's multirun over the whole pipeline", lambda rest: sweep(rest), None),
+    "init": Command("a project of your own on the installed tfpipe", _init, "tfpipe.scaffold"),
+}
+STAGES = ("prepare", "train", "evaluate", "run-all", "launch")
+USAGE = f"usage: tfpipe {{{','.join(COMMANDS)}}} [ARGS ...] (tfpipe SUBCOMMAND --help)"
+
+
+def help_text() -> str:
+    width = max(map(len, COMMANDS))
+    return "\n".join([USAGE, "", *(f"  {n:<{width}}  {c.what}" for n, c in COMMANDS.items())])
 
 
 def _stages() -> Dict[str, Tuple[Callable, str]]:
@@ -43,9 +132,6 @@ def _stages() -> Dict[str, Tuple[Callable, str]]:
     }
 
 
-STAGES = ("prepare", "train", "evaluate", "run-all", "launch")
-
-
 def _project_on_path() -> None:
     """The project's own modules (model.builder, train.hooks) import from the working directory, as under
     `python -m tfpipe` and `python -m pipeline.<stage>`; a console script's sys.path starts at its own folder."""
@@ -56,45 +142,15 @@ def _project_on_path() -> None:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE, file=sys.stderr if not argv else sys.stdout)
+        print(help_text() if argv else USAGE, file=sys.stderr if not argv else sys.stdout)
         sys.exit(EXIT_BAD_INPUT if not argv else EXIT_OK)
     name, rest = argv[0], argv[1:]
-    if name in (*STAGES, "tune", "sweep"):
-        _project_on_path()
-    if name in ("audit", "compare"):
-        from tfpipe.commands import audit as audit_command
-
-        sys.exit(audit_command.main(name, rest))
-    if name == "promote":
-        from tfpipe.commands import promote
-
-        sys.exit(promote.main(rest, prog="tfpipe promote"))
-    if name == "tune":
-        from tfpipe import tuning
-
-        sys.exit(tuning.main(rest, prog="tfpipe tune"))
-    if name == "predict":
-        from tfpipe.commands import predict
-
-        sys.exit(predict.main(rest, prog="tfpipe predict"))
-    if name == "serve":
-        from tfpipe.commands import serve
-
-        sys.exit(serve.main(rest, prog="tfpipe serve"))
-    if name == "sweep":
-        sweep(rest)
-    if name == "init":
-        from tfpipe import scaffold
-
-        sys.exit(scaffold.main(rest))
-    stages = _stages()
-    if name not in stages:
+    if name not in COMMANDS:
         print(f"tfpipe: error: unknown subcommand {name!r}; {USAGE}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    from tfpipe.commands.entry import main as entry_main
-
-    run, description = stages[name]
-    entry_main(name.replace("-", "_"), run, description, rest, prog=f"tfpipe {name}")
+    if name in (*STAGES, "tune", "sweep"):
+        _project_on_path()
+    COMMANDS[name].run(rest)
 
 
 def sweep(argv: Sequence[str]) -> None:

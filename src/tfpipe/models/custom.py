@@ -44,10 +44,9 @@ def check_arguments(model_cfg) -> None:
         return
     try:
         signature.bind(None, **dict(model_cfg.params or {}))
-    except TypeError as exc:
-        raise ConfigError(
-            f"model.builder={target}: {one_line(exc, 200)} (model.params are its arguments)"
-        ) from None
+    except TypeError as exc:  # said as the call says it: "build() got an unexpected keyword argument ..."
+        said = f"{getattr(function, '__name__', 'the builder')}() {one_line(exc, 200)}"
+        raise ConfigError(f"model.builder={target}: {said} (model.params are its arguments)") from None
 
 
 def build(cfg, inputs: ModelInputs) -> keras.Model:
