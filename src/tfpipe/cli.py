@@ -44,15 +44,22 @@ def _audit(name: str) -> Callable[[list], None]:
     return run
 
 
-def _command(module: str) -> Callable[[list], None]:
-    """`tfpipe.commands.<module>.main(rest, prog=...)` (promote, predict, serve)."""
+def _promote(rest: list) -> None:
+    from tfpipe.commands import promote
 
-    def run(rest: list) -> None:
-        import importlib
+    sys.exit(promote.main(rest, prog="tfpipe promote"))
 
-        sys.exit(importlib.import_module(f"tfpipe.commands.{module}").main(rest, prog=f"tfpipe {module}"))
 
-    return run
+def _predict(rest: list) -> None:
+    from tfpipe.commands import predict
+
+    sys.exit(predict.main(rest, prog="tfpipe predict"))
+
+
+def _serve(rest: list) -> None:
+    from tfpipe.commands import serve
+
+    sys.exit(serve.main(rest, prog="tfpipe serve"))
 
 
 def _tune(rest: list) -> None:
@@ -91,16 +98,12 @@ COMMANDS: Dict[str, Command] = {
     "compare": Command("how two runs differ", _audit("compare"), _AUDIT),
     "promote": Command(
         "register a run's model and move a registry alias to it",
-        _command("promote"),
+        _promote,
         "tfpipe.commands.promote",
     ),
     "tune": Command("an Optuna study (conf/tune/NAME.yaml)", _tune, "tfpipe.tuning"),
-    "predict": Command(
-        "batch prediction of a logged model to a CSV", _command("predict"), "tfpipe.commands.predict"
-    ),
-    "serve": Command(
-        "check a logged model, then serve it over HTTP", _command("serve"), "tfpipe.commands.serve"
-    ),
+    "predict": Command("batch prediction of a logged model to a CSV", _predict, "tfpipe.commands.predict"),
+    "serve": Command("check a logged model, then serve it over HTTP", _serve, "tfpipe.commands.serve"),
     "sweep": Command("Hydra's multirun over the whole pipeline", lambda rest: sweep(rest), None),
     "init": Command("a project of your own on the installed tfpipe", _init, "tfpipe.scaffold"),
 }
