@@ -17,6 +17,7 @@ password stops a stage at its start with one line.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import socket
 import ssl
@@ -226,6 +227,22 @@ def check_credentials(uri: str, timeout: float = REACHABLE_TIMEOUT_S) -> None:
         ) from None
     except (urllib.error.URLError, socket.timeout, TimeoutError, OSError):
         return
+
+
+@contextlib.contextmanager
+def as_default_store(uri: str):
+    """`uri` as MLflow's default store meanwhile: MLflow 3.17 looks a logged model (`models:/m-...`) up in its
+    default store, not in the store of the client at hand, both when `runs:/<id>/model` is downloaded and when a
+    new registry version is made (so a --tracking-uri other than the current folder's found no model, and made
+    ./mlflow.db)."""
+    import mlflow
+
+    previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(previous)  # None: unset again (also the exported MLFLOW_TRACKING_URI)
 
 
 def ensure_experiment(client, name: str, artifact_location: str | None) -> str:

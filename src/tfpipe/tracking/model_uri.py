@@ -4,7 +4,6 @@ share it), and downloaded from the tracking store."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from pathlib import Path
 
@@ -38,7 +37,7 @@ def download(spec: str, uri: str, dest: Path, key: str) -> tuple[Path, dict]:
     from mlflow.artifacts import download_artifacts
 
     try:
-        with _default_store(uri):
+        with backend.as_default_store(uri):
             local = Path(download_artifacts(artifact_uri=spec, dst_path=str(dest), tracking_uri=uri))
     except (MlflowException, OSError) as exc:
         raise TrackingError(
@@ -46,21 +45,6 @@ def download(spec: str, uri: str, dest: Path, key: str) -> tuple[Path, dict]:
         ) from None
     check_recorded_digest(MlflowClient(tracking_uri=uri), described["source_run"], local, spec, key)
     return local, described
-
-
-@contextlib.contextmanager
-def _default_store(uri: str):
-    """`uri` as MLflow's default store meanwhile: MLflow 3.17 looks a logged model (`models:/m-...`, which
-    `runs:/<id>/model` becomes) up in its default store, not in the tracking_uri download_artifacts is
-    given (so a --tracking-uri other than the current folder's store found no model, and made ./mlflow.db)."""
-    import mlflow
-
-    previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
-    mlflow.set_tracking_uri(uri)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(previous)  # None: unset again (also the exported MLFLOW_TRACKING_URI)
 
 
 def whole_run_id(client: MlflowClient, spec: str, uri: str) -> str:

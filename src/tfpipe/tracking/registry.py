@@ -11,7 +11,6 @@ The registry is MLflow's: MLFLOW_REGISTRY_URI when set, else the tracking store.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -81,19 +80,6 @@ def register(run, model_id: str, name: str) -> dict:
     return {"name": name, "version": str(version.version)}
 
 
-@contextlib.contextmanager
-def _default_store(uri: str):
-    """`uri` as MLflow's default store meanwhile: MLflow 3.17's SQL registry looks the logged model of a new
-    version (`models:/m-...`) up in its default store, not in the store of the client that registers it (so
-    `promote --tracking-uri` elsewhere found no model, and made ./mlflow.db)."""
-    previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
-    mlflow.set_tracking_uri(uri)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(previous)  # None: unset again (also the exported MLFLOW_TRACKING_URI)
-
-
 def _register_version(client: MlflowClient, run_id: str, model_id: str, name: str, where: str, *, hint: str):
     """The run's version of `name` for the logged model `model_id`: the existing one, else a new one; the
     run is tagged registry.name / registry.version. A refusing registry: one line naming it, then `hint`."""
@@ -109,7 +95,7 @@ def _register_version(client: MlflowClient, run_id: str, model_id: str, name: st
             except MlflowException as exc:
                 if exc.error_code not in ("RESOURCE_ALREADY_EXISTS", "ALREADY_EXISTS"):
                     raise
-            with _default_store(client.tracking_uri):
+            with backend.as_default_store(client.tracking_uri):
                 version = client.create_model_version(name, source, run_id=run_id, model_id=model_id)
         client.set_tag(run_id, NAME_TAG, name)
         client.set_tag(run_id, VERSION_TAG, str(version.version))
