@@ -510,3 +510,17 @@ def _uses_a_module_fixture(item) -> bool:
     return any(
         d.scope in ("module", "class", "package") for defs in info.name2fixturedefs.values() for d in defs
     )
+
+
+def run_in_project(args, project: Path, timeout: float = 300):
+    """`args` as a real process in the project folder `project` (a `scratch_root`, never this checkout), this
+    checkout's code first on PYTHONPATH (`pipeline.*` imports only from there); PATH as it is, so `tfpipe` is the
+    installed console script; TFPIPE_DEBUG unset, so refusals are one line."""
+    import subprocess
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env.pop("TFPIPE_DEBUG", None)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "src"), str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    return subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, timeout=timeout)

@@ -6,26 +6,18 @@ there (and the test fails), and reads the committed params, never an applied exp
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_in_project
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(args, project: Path):
-    """`args` as a process in the project folder `project` (a `scratch_root`), this checkout's code first on
-    PYTHONPATH (`pipeline.*` is importable only from there); PATH as it is, so `tfpipe` is the installed
-    console script."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT / "src"), str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
-    )
-    return subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    return run_in_project(args, project, timeout=300)
 
 
 @pytest.fixture

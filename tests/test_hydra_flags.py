@@ -11,15 +11,14 @@ that wrongly let a stage run would train there.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_in_project
 
 from tfpipe.commands import entry
 
@@ -27,14 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(args, project: Path):
-    """A real process in the project folder `project` (a `scratch_root`), this checkout's code on
-    PYTHONPATH."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    env.pop("TFPIPE_DEBUG", None)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT / "src"), str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
-    )
-    return subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    return run_in_project(args, project, timeout=120)
 
 
 @pytest.fixture
