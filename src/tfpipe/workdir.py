@@ -129,14 +129,15 @@ class WorkDir:
         shelf = self._shelf_for(fingerprint)
         return None if shelf is None else shelf.with_name(shelf.name + EXPORT_SUFFIX)
 
-    def keep_export(self) -> None:
+    def keep_export(self, weights: str) -> None:
         """Link the chief's sealed export onto the shelf: a run killed while it logs the model resumes, after DVC
         restored another models/ over this one, with the very export (and digest) it may have recorded."""
         if self._shelf is None or self._scratch is not None:
             return
         kept = self._shelf.with_name(self._shelf.name + EXPORT_SUFFIX)
-        weights = files.seal_facts(self.saved_model_dir).get("weights_sha256")
-        if weights and files.seal_facts(kept).get("weights_sha256") != weights:
+        if (
+            files.seal_facts(kept).get("weights_sha256") != weights
+        ):  # `weights`: those the export was sealed with
             files.link_tree(self.saved_model_dir, kept)
 
     def _shelve(self) -> None:

@@ -123,7 +123,7 @@ def _export(task, model, workdir: WorkDir) -> str:
         log.info("kept %s: an earlier attempt exported these very weights", workdir.export_dir)
     else:
         task.export(model, workdir.export_dir, weights_sha256=weights)
-    workdir.keep_export()
+    workdir.keep_export(weights)
     return weights
 
 
