@@ -160,6 +160,41 @@ def test_dvc_repro_produces_a_complete_mlflow_run(repro_project):
     assert {m.dataset_name for m in linked if m.key.startswith("test_")} == {"cifar10-test"}
 
 
+DVC_LINES = (
+    "Running stage ",
+    "> python -m pipeline.",
+    "Updating lock file ",
+    "Generating lock file ",
+    "Use `dvc push`",
+)
+
+
+def test_the_stages_print_their_own_lines_only(repro_project):
+    """Quiet by default: what `dvc repro` shows is DVC's lines and each stage's own (prepare's bar, its result;
+    train's run, one line per epoch, its result; evaluate's two), not TensorFlow's start-up lines (absl's
+    pre-initialisation warning and oneDNN's note, twice per process, which TF_CPP_MIN_LOG_LEVEL no longer
+    silences) nor MLflow's INFO lines (a new store's tables, log_model's input example check)."""
+    import re
+
+    _, _, out = repro_project
+    own = re.compile(r"^\d\d:\d\d:\d\d (prepare|train|evaluate) INFO (.*)$")
+    foreign = [
+        line
+        for line in out.splitlines()
+        if line.strip() and not line.startswith((*DVC_LINES, "prepare cifar10: ")) and not own.match(line)
+    ]
+    assert not foreign, out
+    said = {}
+    for line in out.splitlines():
+        if (match := own.match(line)) and not match.group(2).startswith("epoch "):
+            said.setdefault(match.group(1), []).append(match.group(2))
+    assert {stage: len(lines) for stage, lines in said.items()} == {
+        "prepare": 1,
+        "train": 2,
+        "evaluate": 2,
+    }, said
+
+
 def test_logged_model_serves_raw_images(repro_project):
     """The logged MLflow model, fed the test split's raw uint8 images, predicts for each image the class the
     evaluate stage recorded for it (plots/confusion_matrix.csv: one row per test example, in order)."""

@@ -47,7 +47,7 @@ def build_strategy(strategy_cfg) -> tf.distribute.Strategy:
             f"strategy.name={name!r}: unknown strategy; valid names: {', '.join(available_strategies())}"
         )
     strategy = builder(strategy_cfg)
-    log.info("strategy %s: %s", name, describe_strategy(strategy))
+    log.debug("strategy %s: %s", name, describe_strategy(strategy))  # tags (strategy, replicas); -v
     return strategy
 
 

@@ -56,7 +56,7 @@ def apply_policy(precision_cfg) -> str:
             stacklevel=2,
         )
     keras.mixed_precision.set_global_policy(name)
-    log.info("mixed-precision policy: %s", name)
+    log.debug("mixed-precision policy: %s", name)  # a tag (precision.resolved); -v shows it
     return name
 
 

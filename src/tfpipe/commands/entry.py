@@ -32,6 +32,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's C++ start-up cha
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 # MLflow's "View run ... at: URL" lines on a tracking server, twice per stage: each stage's last line names the run
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+# MLflow's INFO lines (a new store's "Creating initial MLflow database tables", log_model's "Validating input
+# example"): its warnings and errors stay; -v shows them all
+os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 DEBUG_ENV = "TFPIPE_DEBUG"
 
@@ -62,6 +65,38 @@ def cli(
     prog: str = "",
 ) -> int:
     """The whole command line of one stage, in-process; returns the exit code (tests call this)."""
+    parser = _parser(stage, description, root, prog)
+    argv, from_mlflow = _mlflow_params(parser, list(argv))
+    args = parser.parse_args(argv)
+    # `mlflow run -P overrides="a=1 b=2"` hands all overrides over as one quoted argument.
+    try:
+        overrides = [part for arg in args.overrides for part in shlex.split(arg)]
+    except ValueError as exc:  # an unbalanced quote
+        return hydra_flags.refuse(
+            stage, f"overrides {' '.join(args.overrides)!r}: {exc}; quote each KEY=VALUE once"
+        )
+    debug = args.debug or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes")
+    if (refused := _check_mlflow_keys(stage, from_mlflow)) is not None:
+        return refused
+    answer = hydra_flags.answer(stage, parser.prog, args, overrides, Path(root), debug)
+    if answer is not None:
+        return answer
+
+    if configure_logging:
+        _configure_logging(stage, args.verbose)
+    return _run_guarded(
+        stage,
+        _with_args(run, overrides, args.params),
+        overrides,
+        args.params,
+        Path(root),
+        debug,
+        quiet_start=configure_logging,
+    )
+
+
+def _parser(stage: str, description: str, root: Path, prog: str) -> argparse.ArgumentParser:
+    """A stage's arguments: its overrides, --params, --debug, -v and Hydra's standard flags."""
     parser = _Parser(
         prog=prog or f"python -m pipeline.{stage}",
         description=description,
@@ -84,32 +119,27 @@ def cli(
     parser.add_argument(
         "--debug", action="store_true", help=f"show Python tracebacks for bad input (also: env {DEBUG_ENV}=1)"
     )
-    hydra_flags.add_flags(parser)
-    argv, from_mlflow = _mlflow_params(parser, list(argv))
-    args = parser.parse_args(argv)
-    # `mlflow run -P overrides="a=1 b=2"` hands all overrides over as one quoted argument.
-    try:
-        overrides = [part for arg in args.overrides for part in shlex.split(arg)]
-    except ValueError as exc:  # an unbalanced quote
-        return hydra_flags.refuse(
-            stage, f"overrides {' '.join(args.overrides)!r}: {exc}; quote each KEY=VALUE once"
-        )
-    debug = args.debug or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes")
-    if (refused := _check_mlflow_keys(stage, from_mlflow)) is not None:
-        return refused
-    answer = hydra_flags.answer(stage, parser.prog, args, overrides, Path(root), debug)
-    if answer is not None:
-        return answer
-
-    if configure_logging:
-        logging.basicConfig(
-            level=logging.INFO, format=f"%(asctime)s {stage} %(levelname)s %(message)s", datefmt="%H:%M:%S"
-        )
-        for noisy in ("tensorflow", "absl", "h5py"):  # their INFO lines drown the stage's own
-            logging.getLogger(noisy).setLevel(logging.WARNING)
-    return _run_guarded(
-        stage, _with_args(run, overrides, args.params), overrides, args.params, Path(root), debug
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also the details: precision policy, strategy, TensorFlow's and MLflow's INFO lines",
     )
+    hydra_flags.add_flags(parser)
+    return parser
+
+
+def _configure_logging(stage: str, verbose: bool) -> None:
+    """The stage's own lines at INFO (its details at DEBUG, shown with -v); the libraries' INFO lines only with -v."""
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s {stage} %(levelname)s %(message)s", datefmt="%H:%M:%S"
+    )
+    if verbose:  # before TensorFlow or MLflow is imported: both read these once
+        os.environ.update(TF_CPP_MIN_LOG_LEVEL="0", MLFLOW_LOGGING_LEVEL="INFO")
+        logging.getLogger("tfpipe").setLevel(logging.DEBUG)
+        return
+    for noisy in ("tensorflow", "absl", "h5py"):  # their INFO lines drown the stage's own
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 # `mlflow run -P KEY=VALUE` with a KEY the MLproject does not declare appends `--KEY VALUE` to the command.
@@ -187,7 +217,7 @@ def load_config(overrides: Sequence[str], params_path: str | None, root: Path, *
     return cfg
 
 
-def _run_guarded(stage, run, overrides, params_path, root, debug) -> int:
+def _run_guarded(stage, run, overrides, params_path, root, debug, quiet_start: bool = False) -> int:
     from tfpipe import interrupts
     from tfpipe.config import origin
 
@@ -195,6 +225,10 @@ def _run_guarded(stage, run, overrides, params_path, root, debug) -> int:
     previous = origin.declare(origin.from_params(params_path, overrides))
     try:
         cfg = load_config(overrides, params_path, root, stage=stage)
+        if quiet_start:  # a command's output (its config checked): without TensorFlow's start-up lines
+            from tfpipe import tfstart
+
+            tfstart.import_quietly()
         from tfpipe import preflight
 
         preflight.check(cfg, stage, root)
