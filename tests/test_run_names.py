@@ -95,7 +95,7 @@ def test_two_runs_of_one_config_get_different_names_that_start_with_the_base_nam
 def test_a_dvc_experiment_run_carries_the_experiment_name(cfg, project, monkeypatch):
     monkeypatch.setenv("DVC_EXP_NAME", "lumpy-bike")
     run = _train(cfg, project)
-    assert run.info.run_name == f"{_base()}-lumpy-bike-{run.info.run_id[:6]}"
+    assert run.info.run_name == f"lumpy-bike cifar10-cnn-{run.info.run_id[:6]}"  # nothing else differs
     assert run.data.tags["dvc.exp_name"] == "lumpy-bike"
     assert _run_file(project)["run_name"] == run.info.run_name
 
@@ -103,7 +103,7 @@ def test_a_dvc_experiment_run_carries_the_experiment_name(cfg, project, monkeypa
 def test_a_tuning_trial_carries_its_number(cfg, project, monkeypatch):
     monkeypatch.setenv("TFPIPE_TUNE_TRIAL_NUMBER", "3")
     run = _train(cfg, project)
-    assert run.info.run_name == f"{_base()}-trial3-{run.info.run_id[:6]}"
+    assert run.info.run_name == f"trial3 cifar10-cnn-{run.info.run_id[:6]}"
 
 
 def _in_a_hydra_job(overrides: list, run):
@@ -132,14 +132,15 @@ def test_a_sweep_job_carries_its_swept_overrides(make_config, project, monkeypat
     monkeypatch.setattr(sys, "argv", ["pipeline/sweep.py", "--multirun", *sweep])  # the sweep's command line
     job = ["experiment=smoke", "precision=float32", "train.epochs=2", "train.optimizer.name=sgd"]
     run = _in_a_hydra_job(job, lambda: _train(make_config(*job), project))
-    assert run.info.run_name == f"{BASE}float32-optimizer=sgd-{run.info.run_id[:6]}"  # precision: in the base
+    assert run.info.run_name == f"precision=float32,optimizer=sgd cifar10-cnn-{run.info.run_id[:6]}"
 
 
 def test_a_hydra_job_without_a_known_sweep_carries_all_its_overrides(make_config, project, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["embedding-tool"])
     job = ["experiment=smoke", "precision=float32", "train.epochs=2", "train.optimizer.name=sgd"]
     run = _in_a_hydra_job(job, lambda: _train(make_config(*job), project))
-    assert run.info.run_name == f"{BASE}float32-experiment=smoke,epochs=2,optimizer=sgd-{run.info.run_id[:6]}"
+    # as many whole overrides as fit in the 40 characters of the UI's name column
+    assert run.info.run_name == f"experiment=smoke,precision=float32 cifar10-cnn-{run.info.run_id[:6]}"
     after = _train(make_config(*job), project)  # the job is over: no overrides known
     assert after.info.run_name == f"{BASE}float32-{after.info.run_id[:6]}"
 
@@ -200,7 +201,7 @@ def test_a_dvc_temporary_copy_records_the_project_not_the_copy(
         run.log_config({"data": {"output_dir": str(prepared), "splits": [str(copy / "a"), "b"]}})
 
     got = _client(repo / "mlflow.db").get_run(run.run_id)  # the store is the project's
-    assert got.info.run_name == f"{_base()}-queued-exp-{run.run_id[:6]}"
+    assert got.info.run_name == f"queued-exp cifar10-cnn-{run.run_id[:6]}"
     assert got.data.tags["mlflow.source.name"] == str(repo.resolve() / "pipeline" / "train.py")
     assert got.data.tags["tfpipe.project"] == str(repo.resolve())
     (dataset,) = [d.dataset for d in got.inputs.dataset_inputs]
@@ -368,3 +369,84 @@ def test_an_existing_experiment_is_declared_on_first_use_and_a_set_kind_is_kept(
     assert "mlflow run . --experiment-name tfpipe" in caplog.text  # it kept the run, and says where to aim
     assert client.get_experiment(by_mlflow_run).tags[KIND] == "custom_model_development"
     assert run.info.run_name == f"{_base()}-{run.info.run_id[:6]}"
+
+
+# ----------------------------------------------------------------------------- what differs leads
+
+
+def _commit_params(root: Path, cfg) -> str:
+    """`cfg` as the project's committed params.yaml; the commit's sha."""
+    import subprocess
+
+    (root / "params.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    for cmd in (
+        ["git", "init", "-q", "-b", "main"],
+        [*git, "add", "params.yaml"],
+        [*git, "commit", "-qm", "p"],
+    ):
+        subprocess.run(cmd, cwd=root, check=True, capture_output=True)
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _differs(name: str) -> set:
+    return set(name.partition(" ")[0].split(","))
+
+
+def test_a_dvc_experiment_leads_with_the_values_it_changed(make_config, project, monkeypatch):
+    sha = _commit_params(project, make_config("experiment=smoke"))
+    monkeypatch.setenv("DVC_EXP_BASELINE_REV", sha)
+    monkeypatch.setenv("DVC_EXP_NAME", "lumpy-bike")  # in the tag; the values say more
+    changed = make_config("experiment=smoke", "train.optimizer.learning_rate=0.01", "train.seed=7")
+    run = _train(changed, project)
+    assert run.info.run_name.endswith(f" cifar10-cnn-{run.info.run_id[:6]}"), run.info.run_name
+    assert _differs(run.info.run_name) == {"learning_rate=0.01", "seed=7"}
+    assert run.data.tags["dvc.exp_name"] == "lumpy-bike"
+
+
+def test_a_switched_group_is_one_difference_not_its_keys(make_config, project, monkeypatch):
+    sha = _commit_params(project, make_config("experiment=smoke"))
+    monkeypatch.setenv("DVC_EXP_BASELINE_REV", sha)
+    run = _train(make_config("experiment=smoke", "strategy=mirrored"), project)
+    assert _differs(run.info.run_name) == {"strategy=mirrored"}, run.info.run_name
+
+
+def test_a_stage_command_on_a_committed_project_names_its_overrides(make_config, project):
+    _commit_params(project, make_config("experiment=smoke"))  # HEAD: the baseline outside DVC
+    run = _train(make_config("experiment=smoke", "train.epochs=3"), project)
+    assert run.info.run_name == f"epochs=3 cifar10-cnn-{run.info.run_id[:6]}"
+
+
+def test_without_git_the_entry_points_overrides_lead(cfg, project):
+    """`tfpipe train KEY=VALUE` or `mlflow run -P` where there is no git: the overrides the entry point declared."""
+    from tfpipe.config import origin
+
+    previous = origin.declare(origin.from_params(None, ["train.optimizer.learning_rate=0.03"]))
+    try:
+        run = _train(cfg, project)
+    finally:
+        origin.restore(previous)
+    assert run.info.run_name == f"learning_rate=0.03 cifar10-cnn-{run.info.run_id[:6]}"
+
+
+def test_a_project_folder_inside_another_repository_reads_no_baseline_from_it(make_config, tmp_path, project):
+    """git looks upwards for a repository: the baseline is read only from the project's own."""
+    _commit_params(
+        tmp_path, make_config("experiment=smoke", "train.epochs=9")
+    )  # the folder around the project
+    run = _train(make_config("experiment=smoke"), project)
+    assert run.info.run_name == f"{_base()}-{run.info.run_id[:6]}"
+
+
+def test_in_a_ten_run_sweep_every_visible_name_differs(make_config, project, monkeypatch):
+    """The UI's name column shows about 40 characters: those tell the ten runs apart."""
+    sha = _commit_params(project, make_config("experiment=smoke"))
+    monkeypatch.setenv("DVC_EXP_BASELINE_REV", sha)
+    names = []
+    for lr in ("0.001", "0.003", "0.01", "0.03", "0.1"):
+        for seed in (1, 2):
+            cfg = make_config("experiment=smoke", f"train.optimizer.learning_rate={lr}", f"train.seed={seed}")
+            names.append(_train(cfg, project).info.run_name)
+    assert len({name[:40] for name in names}) == 10, names

@@ -763,10 +763,12 @@ def test_dvc_queue_sweep_logs_one_comparable_run_per_experiment_into_one_sqlite_
     client = _sqlite_client(project)
     experiment = client.get_experiment_by_name("tfpipe")
     runs = client.search_runs([experiment.experiment_id])
-    # each queued experiment's run says which one it is: <base>-<dvc experiment>-<run id head>
-    assert sorted(
-        r.info.run_name.replace(f"-{r.data.tags.get('dvc.exp_name')}-{r.info.run_id[:6]}", "") for r in runs
-    ) == ["cifar10-cnn-one_device-float32", "cifar10-cnn-one_device-mixed_bfloat16"], out[-3000:]
+    # each queued experiment's run leads with what its -S values change: <what differs> <dataset>-<model>-<id head>
+    assert all(r.info.run_name.endswith(f" cifar10-cnn-{r.info.run_id[:6]}") for r in runs), out[-3000:]
+    assert sorted(r.info.run_name.partition(",")[0].partition(" ")[0] for r in runs) == [
+        "precision=float32",
+        "precision=mixed_bfloat16",
+    ], [r.info.run_name for r in runs]
     exp_names = {r.data.tags.get("dvc.exp_name") for r in runs}
     shown = json.loads(_run([sys.executable, "-m", "dvc", "exp", "show", "--json"], project, env))
     listed = {e["name"] for rev in shown for e in (rev.get("experiments") or []) if e.get("name")}
@@ -912,8 +914,8 @@ def test_mlflow_ui_shows_and_compares_the_two_runs(mlflow_ui, browser, tmp_path)
     experiment = client.get_experiment_by_name("tfpipe")
     runs = sorted(client.search_runs([experiment.experiment_id]), key=lambda r: r.info.run_name)
     names = [r.info.run_name for r in runs]
-    assert names[0].startswith("cifar10-cnn-one_device-float32-")
-    assert names[1].startswith("cifar10-cnn-one_device-mixed_bfloat16-")
+    assert names[0].startswith("precision=float32")  # what differs leads: the visible part tells them apart
+    assert names[1].startswith("precision=mixed_bfloat16")
 
     runs_page = f"{url}/#/experiments/{experiment.experiment_id}/runs"
     browser.get(runs_page)

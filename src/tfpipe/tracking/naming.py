@@ -1,12 +1,15 @@
 """What a run is called and where it says it comes from.
 
-Name: `{dataset}-{model}-{strategy}-{precision}[-{what differs}]-{first 6 hex of the run id}`, e.g.
-`cifar10-cnn-one_device-float32-lumpy-bike-3fa9c1`. What differs between the runs of one sweep or queue:
-the DVC experiment (env DVC_EXP_NAME, set by `dvc exp run` for the stages it runs), else the tuner's trial
-(`trial3`), else the overrides of the Hydra sweep job running in this process (`learning_rate=0.01`: the
-swept ones, without the keys the base name shows). The run id's head keeps two runs of one configuration
-apart and names one run the same every time. `tracking.run_name`, when the config has that key and sets it,
-is used as is.
+Name: what differs first, then who it is: `{what differs} {dataset}-{model}-{first 6 hex of the run id}`, e.g.
+`learning_rate=0.01,epochs=3 cifar10-cnn-3fa9c1`; a run where nothing differs, `{dataset}-{model}-{strategy}-
+{precision}-{id}`, e.g. `cifar10-cnn-one_device-float32-3fa9c1`. What differs, the first that says anything: the
+tuner's trial (`trial3`); the overrides of the Hydra sweep job running in this process (the swept ones); the
+config's values that differ from params.yaml at the baseline commit (`tfpipe.config.baseline`: a DVC
+experiment's `-S` values, a stage command's or `mlflow run -P` overrides, an edited params.yaml); the entry
+point's overrides where there is no git; the DVC experiment's name (env DVC_EXP_NAME). The MLflow UI cuts a
+name at about 40 characters: what tells runs apart comes first. The run id's head keeps two runs of one
+configuration apart and names one run the same every time. `tracking.run_name`, when the config has that key
+and sets it, is used as is.
 
 A queued or `--temp` DVC experiment runs in a temporary copy of the repository that DVC deletes: paths the run
 records (`mlflow.source.name`, `tfpipe.project`, the dataset source, absolute paths in params and in the
@@ -37,8 +40,9 @@ PARENT_RUN_ENV = "TFPIPE_PARENT_RUN_ID"  # set by `pipeline.sweep`: the sweep's 
 TUNE_TRIAL_ENV = "TFPIPE_TUNE_TRIAL_NUMBER"  # set by `pipeline.tune`: the trial this run is (tag tune.trial)
 ID_CHARS = 6  # of the run id: 16.7 million values, so two runs of one configuration practically never collide
 MAX_DIFFERS = 40  # characters of the part that says what differs (the MLflow UI's name column is narrow)
-BASE_GROUPS = ("dataset", "model", "strategy", "precision")  # their overrides: the base name shows them
-BASE_KEYS = frozenset({*BASE_GROUPS, "dataset.name", "model.name", "strategy.name", "precision.policy"})
+NAMED_KEYS = frozenset(
+    {"dataset", "model", "dataset.name", "model.name"}
+)  # a name after what differs shows them
 QUOTES = "'\""  # around an override's value on a command line
 SOURCE_TAG = "mlflow.source.name"
 
@@ -74,24 +78,54 @@ def config_origin_tags() -> dict:
     return {origin.TAG: json.dumps({**made, "overrides": shown})}
 
 
-def run_name(cfg, run_id: str, base: str | None = None) -> str:
-    """The name of run `run_id` (see the module docstring); `base`: `tags.run_name(cfg)` when known."""
+def run_name(cfg, run_id: str, base: str | None = None, root=None) -> str:
+    """The name of run `run_id` (see the module docstring); `base`: `tags.run_name(cfg)` when known; `root`:
+    the project, whose git holds the baseline params.yaml."""
     given = getattr(cfg.tracking, "run_name", None)
     if given:
         return str(given)
-    parts = (base or base_name(cfg), what_differs(), run_id[:ID_CHARS])
-    return redact_text("-".join(part for part in parts if part))
+    differs = what_differs(cfg, root)
+    if not differs:
+        return redact_text(f"{base or base_name(cfg)}-{run_id[:ID_CHARS]}")
+    return redact_text(f"{differs} {cfg.dataset.name}-{cfg.model.name}-{run_id[:ID_CHARS]}")
 
 
-def what_differs() -> str:
-    """The DVC experiment, the tuning trial or the sweep job's overrides; '' for a run on its own."""
-    experiment = os.environ.get("DVC_EXP_NAME", "").strip()
-    if experiment:
-        return experiment[:MAX_DIFFERS]
+def what_differs(cfg=None, root=None) -> str:
+    """The tuning trial, the sweep job's overrides, the config's differences from the baseline commit, the
+    entry point's overrides or the DVC experiment (see the module docstring); '' for a run like the committed."""
     trial = os.environ.get(TUNE_TRIAL_ENV, "").strip()
     if trial:
         return f"trial{trial}"
-    return ",".join(shown for shown in map(_shown, sweep_overrides()) if shown)[:MAX_DIFFERS]
+    for overrides in (sweep_overrides, lambda: _baseline(cfg, root), _declared_overrides):
+        shown = _joined([shown for shown in map(_shown, overrides()) if shown])
+        if shown:
+            return shown
+    return os.environ.get("DVC_EXP_NAME", "").strip()[:MAX_DIFFERS]
+
+
+def _joined(items: list) -> str:
+    """The items, comma-separated, as many whole ones as fit in MAX_DIFFERS characters (a first longer one cut)."""
+    out = items[0][:MAX_DIFFERS] if items else ""
+    for item in items[1:]:
+        if len(out) + 1 + len(item) > MAX_DIFFERS:
+            break
+        out += "," + item
+    return out
+
+
+def _baseline(cfg, root) -> list:
+    if cfg is None or root is None:
+        return []
+    from tfpipe.config import baseline
+
+    return baseline.differences(cfg, root)
+
+
+def _declared_overrides() -> list:
+    from tfpipe.config import origin
+
+    made = origin.declared()
+    return list(made["overrides"]) if made else []
 
 
 def sweep_overrides() -> list:
@@ -121,13 +155,14 @@ def _swept_keys(args) -> set:
 
 def _shown(override: str) -> str:
     """`train.optimizer.learning_rate=0.01` -> `learning_rate=0.01`, `train.optimizer.name=sgd` ->
-    `optimizer=sgd`; '' for what the base name shows, deletions and secret-looking keys."""
+    `optimizer=sgd`, `precision.policy=float32` -> `precision=float32`; '' for the dataset and model (the name
+    shows them), deletions and secret-looking keys."""
     key, sep, value = override.lstrip("+~").partition("=")
     key = key.strip()
-    if not sep or key in BASE_KEYS or key.startswith("hydra.") or is_secret_key(key):
+    if not sep or key in NAMED_KEYS or key.startswith("hydra.") or is_secret_key(key):
         return ""
     parts = key.split(".")
-    label = parts[-2] if parts[-1] == "name" and len(parts) > 1 else parts[-1]
+    label = parts[-2] if parts[-1] in ("name", "policy") and len(parts) > 1 else parts[-1]
     return f"{label}={value.strip().strip(QUOTES)}"
 
 

@@ -219,7 +219,7 @@ def start_run(
         kinds.declare_model_training(client, run.experiment_id)
         naming.repair_project_source(client, run.run_id, root)
     name = (
-        run.run_name if reopen else naming.run_name(cfg, run.run_id, base)
+        run.run_name if reopen else naming.run_name(cfg, run.run_id, base, root)
     )  # a re-opened run keeps its name
     _record(run, root, root / cfg.tracking.run_file, uri, name)
     log.info(
