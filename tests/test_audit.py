@@ -1,6 +1,7 @@
-"""Audits of real recorded runs: check (untouched -> exit 0; each tampering case -> a difference, exit 1),
-compare, and --rerun verdicts (judge); each verdict of the CLI on a real rerun of a dirty run (its recorded diff
-applied), from its own clone and from another: test_audit_rerun.py."""
+"""Audits of real recorded runs: check (untouched -> exit 0; each tampering case -> a difference, exit 1) and
+compare. The --rerun verdicts (judge) and what they compare: test_audit_verdicts.py; each verdict of the CLI on
+a real rerun of a dirty run (its recorded diff applied), from its own clone and from another:
+test_audit_rerun.py."""
 
 from __future__ import annotations
 
@@ -215,43 +216,3 @@ def test_a_recorded_diff_that_does_not_apply_stops_the_rerun(tmp_path):
     work.mkdir()
     with pytest.raises(UserError, match="recorded git diff does not apply"):
         _make_worktree(repo, run, work, log=lambda m: None)
-
-
-def _record(weights, **metrics):
-    return {"tags": {"weights.sha256": weights} if weights else {}, "metrics": metrics}
-
-
-@pytest.mark.parametrize(
-    "recorded, rerun, tolerance, verdict",
-    [
-        (
-            _record("a", test_accuracy=0.5, epoch_seconds=3.0),
-            _record("a", test_accuracy=0.5, epoch_seconds=9.0),
-            0.0,
-            "REPRODUCED",
-        ),  # timing metrics never count
-        (_record("a", test_accuracy=0.5), _record("b", test_accuracy=0.5004), 0.001, "WITHIN TOLERANCE"),
-        (_record("a", test_accuracy=0.5), _record("b", test_accuracy=0.5004), 0.0, "DIFFERS"),
-        (
-            _record("a", test_accuracy=0.5),
-            _record("a", test_accuracy=0.5, test_loss=0.1),
-            1.0,
-            "DIFFERS",
-        ),  # missing
-        (
-            _record("a", test_accuracy=0.5),
-            _record("b", test_accuracy=0.5),
-            0.0,
-            "WITHIN TOLERANCE",
-        ),  # not bit-identical
-        (
-            _record(None, test_accuracy=0.5),
-            _record(None, test_accuracy=0.5),
-            0.0,
-            "WITHIN TOLERANCE",
-        ),  # no hash
-    ],
-)
-def test_rerun_verdicts(recorded, rerun, tolerance, verdict):
-    """The verdict of `audit --rerun` for each kind of outcome (the CLI exits 1 on DIFFERS)."""
-    assert audit.judge(recorded, rerun, tolerance)[0] == verdict

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tfpipe.audit.review import digest
 from tfpipe.audit.trust import gate, print_plan, reroot, stage_env, write_inside
 from tfpipe.errors import UserError
 from tfpipe.provenance import recorded_diff
@@ -52,7 +53,7 @@ def _recorded(repo, change, *git_diff) -> str:
 def _refusal(repo, diff, root=None) -> str:
     run = {"tags": {"git.commit": "0" * 40, "git.dirty": "true"}, "git_diff": diff}
     with pytest.raises(UserError) as caught:
-        gate("RUN", run, root or repo, True, None)
+        gate("RUN", run, root or repo, digest(diff), None)
     message = str(caught.value)
     assert "\n" not in message and message.startswith("rerun: ") and message.endswith("; refused")
     return message
@@ -130,7 +131,7 @@ def test_a_plain_edit_passes_the_gate(repo):
     diff = _recorded(repo, lambda r: (r / "notes.txt").write_text("new\n"))
     commit = _sh(repo, "git", "rev-parse", "HEAD").strip()
     run = {"tags": {"git.commit": commit, "git.dirty": "true"}, "git_diff": diff}
-    gate("RUN", run, repo, True, None)
+    gate("RUN", run, repo, digest(diff), None)
 
 
 def test_a_dvc_exp_run_diff_is_applied_with_its_dvc_lock_left_out(repo, tmp_path):
@@ -154,7 +155,13 @@ def test_a_dvc_exp_run_diff_is_applied_with_its_dvc_lock_left_out(repo, tmp_path
 
     diff = _recorded(repo, exp_run)
     assert "b/dvc.lock" in diff and "b/params.yaml" in diff
-    gate("RUN", {"tags": {"git.commit": commit, "git.dirty": "true"}, "git_diff": diff}, repo, True, None)
+    gate(
+        "RUN",
+        {"tags": {"git.commit": commit, "git.dirty": "true"}, "git_diff": diff},
+        repo,
+        digest(diff),
+        None,
+    )
     wt = tmp_path / "wt"
     _sh(repo, "git", "worktree", "add", "--detach", "-q", str(wt), commit)
     patch = tmp_path / "recorded.patch"
@@ -173,7 +180,8 @@ def test_a_dvc_exp_run_diff_is_applied_with_its_dvc_lock_left_out(repo, tmp_path
 )
 def test_a_diff_editing_code_needs_allow_diff_code(repo, path):
     """A diff that edits what the rerun executes (Python, its start-up hooks, packaging) is refused with
-    --apply-diff alone, naming the file and the second flag; with it, it passes. Data and notes need neither."""
+    --apply-diff DIGEST alone, naming the file and the second flag; with it, it passes. Data and notes need
+    neither."""
     commit = _sh(repo, "git", "rev-parse", "HEAD").strip()
 
     def edit(r):
@@ -182,15 +190,16 @@ def test_a_diff_editing_code_needs_allow_diff_code(repo, path):
         (r / "notes.txt").write_text("new\n")
 
     run = {"tags": {"git.commit": commit, "git.dirty": "true"}, "git_diff": _recorded(repo, edit)}
+    reviewed = digest(run["git_diff"])
     with pytest.raises(UserError) as refused:
-        gate("RUN", run, repo, True, None)
+        gate("RUN", run, repo, reviewed, None)
     assert str(refused.value) == (
         f"run RUN: its recorded diff edits code the rerun would execute ({path}); "
         "read it (the run's provenance/git_diff.patch), then add --allow-diff-code to run it"
     )
-    gate("RUN", run, repo, True, None, allow_code=True)
+    gate("RUN", run, repo, reviewed, None, allow_code=True)
     notes = _recorded(repo, lambda r: (r / "notes.txt").write_text("new\n"))
-    gate("RUN", {**run, "git_diff": notes}, repo, True, None)
+    gate("RUN", {**run, "git_diff": notes}, repo, digest(notes), None)
 
 
 def test_reroot_refuses_a_path_it_cannot_move_into_the_worktree(tmp_path):
@@ -268,12 +277,14 @@ def test_pass_env_on_the_command_line_reaches_the_stages_and_nothing_else(repo, 
     _sh(repo, sys.executable, "-m", "dvc", "init", "-q")
     _sh(repo, "git", "commit", "-qm", "dvc")
     commit = _sh(repo, "git", "rev-parse", "HEAD").strip()
-    run_id = _forge(tmp_path, commit, _recorded(repo, lambda r: (r / "notes.txt").write_text("new\n")))
+    diff = _recorded(repo, lambda r: (r / "notes.txt").write_text("new\n"))
+    run_id = _forge(tmp_path, commit, diff)
     env = {k: v for k, v in os.environ.items() if not k.startswith("I22_")}
     env.update(I22_PASSED_TOKEN="p1", I22_PASSED="p2", I22_OTHER_TOKEN="u1", I22_OTHER="u2")
     env.update(AWS_SECRET_ACCESS_KEY="u3", PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
     uri = f"sqlite:///{tmp_path / 'store.db'}"
-    cmd = [sys.executable, "-m", "pipeline.audit", run_id, "--rerun", "--tracking-uri", uri, "--apply-diff"]
+    cmd = [sys.executable, "-m", "pipeline.audit", run_id, "--rerun", "--tracking-uri", uri]
+    cmd += ["--apply-diff", digest(diff)]
     cmd += [
         "--pass-env",
         "I22_PASSED_TOKEN",

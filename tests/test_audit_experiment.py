@@ -14,6 +14,7 @@ import pytest
 from test_audit_diff_refusals import _sh
 
 from tfpipe.audit import experiment, sandbox, trust
+from tfpipe.audit.review import digest
 from tfpipe.audit.trust import gate
 from tfpipe.errors import UserError
 
@@ -119,11 +120,13 @@ def test_an_experiment_commit_that_edits_code_needs_allow_diff_code_and_names_th
     chosen = experiment.choose(run, project, lambda line: None)
     assert "+print('edited')" in chosen["git_diff"]
     with pytest.raises(UserError) as refused:
-        gate("RUN", chosen, project, True, None)
+        gate("RUN", chosen, project, digest(chosen["git_diff"]), None)
     assert "(train.py); read it (`git diff " in str(refused.value) and "--allow-diff-code" in str(
         refused.value
     )
-    gate("RUN", chosen, project, True, None, allow_code=True)  # the second flag given: it passes
+    gate(
+        "RUN", chosen, project, digest(chosen["git_diff"]), None, allow_code=True
+    )  # the second flag: it passes
 
 
 class _Chosen(Exception):
@@ -139,7 +142,7 @@ def test_a_rerun_chooses_the_experiment_commit_before_it_judges_any_diff(shared,
     from_git = _sh(project, "git", "diff", baseline, commit)
     record = {**_run(baseline, _forged(from_git)), "run_id": "RUN", "config": {}, "metrics": {}}
     with pytest.raises(UserError, match="--allow-diff-code"):  # the record's own diff would be refused
-        gate("RUN", record, project, True, None)
+        gate("RUN", record, project, digest(record["git_diff"]), None)
     gated: list = []
     real_gate = trust.gate
 
@@ -155,6 +158,8 @@ def test_a_rerun_chooses_the_experiment_commit_before_it_judges_any_diff(shared,
     monkeypatch.setattr(sandbox, "decide", stop)
     lines: list = []
     with pytest.raises(_Chosen):
-        rerun_module.rerun("RUN", project, "sqlite:///never-opened.db", apply_diff=True, log=lines.append)
+        rerun_module.rerun(
+            "RUN", project, "sqlite:///never-opened.db", apply_diff=digest(from_git), log=lines.append
+        )
     assert gated == [from_git], "the gate judged the experiment commit's changes, and nothing else"
     assert f"experiment '{NAME}' is in this clone" in lines[0]

@@ -18,6 +18,9 @@ import pytest
 from test_audit_diff_refusals import _sh
 
 from tfpipe.audit import scratch, trust
+from tfpipe.tracking import reading
+
+NO_SEAL = {"weights_sha256": None, "seal_fact": None, "source": None, "why": "no store is read here"}
 
 pytestmark = pytest.mark.slow  # starts processes (git, a Python per audit)
 rerun_module = importlib.import_module("tfpipe.audit.rerun")  # `tfpipe.audit.rerun` is also the function
@@ -26,9 +29,11 @@ rerun_module = importlib.import_module("tfpipe.audit.rerun")  # `tfpipe.audit.re
 HELD = """
 import importlib, sys, time
 from tfpipe.audit import trust
+from tfpipe.tracking import reading
 rerun = importlib.import_module("tfpipe.audit.rerun")
 record = {"run_id": "RUN", "tags": {"git.commit": sys.argv[2]}, "config": {}, "metrics": {}}
 rerun._load = lambda run_id, uri: record
+reading.sealed_weights = lambda uri, run_id: {"weights_sha256": None, "why": "a held audit reads no store"}
 def hold(wt, *args):
     print(wt, flush=True)
     time.sleep(600)
@@ -100,6 +105,7 @@ def test_the_next_rerun_removes_what_a_killed_one_left_and_not_a_running_ones(re
             raise _Planned
 
         monkeypatch.setattr(rerun_module, "_load", lambda run_id, uri: record)
+        monkeypatch.setattr(reading, "sealed_weights", lambda uri, run_id: dict(NO_SEAL))  # no store read
         monkeypatch.setattr(trust, "print_plan", planned)
         lines: list = []
         with pytest.raises(_Planned):

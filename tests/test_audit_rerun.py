@@ -4,12 +4,13 @@ through the module fixture `dirty_run`).
 The run is a dirty experiment made in clone A against a team store (a SQLite tracking store and an artifact
 root outside every clone), with precision=auto. A audits its own run: the check passes while A's tree still
 holds the run's diff (DVC's dvc.lock/.gitignore are not code changes), then, the tree clean again, `--rerun
---apply-diff` from A's own DVC cache is REPRODUCED with the policy the run resolved to, the verdict recorded,
-the metrics untouched, no worktree left.
+--apply-diff DIGEST` (the digest of the diff as recorded) from A's own DVC cache is REPRODUCED with the policy
+the run resolved to, the verdict recorded, the metrics untouched, no worktree left.
 
 - The verdicts and exit codes: that rerun is REPRODUCED (exit 0) only because it applies the recorded diff;
-  the run's test_accuracy then rewritten in the store -> DIFFERS (exit 1), and WITHIN TOLERANCE (exit 0)
-  with a --tolerance above the change.
+  the run's test_accuracy then rewritten in the store -> DIFFERS (exit 1) even with a --tolerance above the
+  change: the verdict compares the run's immutable record (param tfpipe.metric.test_accuracy) and names the
+  rewritten metric as tampered.
 - A teammate audits the run: clone B (another folder, its own empty DVC cache) re-runs it, first with its own
   copy of the raw data and no reachable remote (prepared again, and the report says so), then without raw
   data but with the team's DVC remote (the prepared data pulled by hash). Both verdicts are REPRODUCED and
@@ -30,6 +31,8 @@ from pathlib import Path
 
 import pytest
 from test_pipeline_e2e import _make_project, _run
+
+from tfpipe.audit.review import digest
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -55,9 +58,10 @@ class Recorded:
     env: dict  # A's audit environment: the team store as MLFLOW_TRACKING_URI, A's code on the path
     before: dict  # the run as recorded (tfpipe.tracking.reading.load_run), before any audit
     check: subprocess.CompletedProcess  # `audit RUN_ID`, A's tree still holding the run's diff
-    rerun: subprocess.CompletedProcess  # `audit RUN_ID --rerun --apply-diff`, A's tree clean
+    rerun: subprocess.CompletedProcess  # `audit RUN_ID --rerun --apply-diff DIGEST`, A's tree clean
     after: dict  # the run right after that rerun
     worktrees: str  # `git worktree list` in A right after it
+    reviewed: str  # the recorded diff's digest, as `--rerun` without --apply-diff prints it
 
 
 def _audit(project: Path, env: dict, run_id: str, *flags: str) -> subprocess.CompletedProcess:
@@ -96,7 +100,8 @@ def dirty_run(tmp_path_factory, image_dir, text_dir) -> Recorded:
     # (dvc.lock, .gitignore): only the DVC bookkeeping differs from the recorded code.
     check = _audit(alice, audit_env, run_id)
     source.write_text(clean)  # the auditor's tree is clean: only the recorded diff carries the change
-    rerun = _audit(alice, audit_env, run_id, "--rerun", "--apply-diff", "--allow-diff-code")
+    reviewed = digest(before["git_diff"])[:16]
+    rerun = _audit(alice, audit_env, run_id, "--rerun", "--apply-diff", reviewed, "--allow-diff-code")
     after = reading.load_run(uri, run_id)
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=alice, capture_output=True, text=True).stdout
     _run([*GIT, "add", "-A"], alice, env)
@@ -104,13 +109,17 @@ def dirty_run(tmp_path_factory, image_dir, text_dir) -> Recorded:
     remote = tmp / "team-dvc-remote"  # the team's DVC remote, set per clone as the .dvc/config comment says
     _run([*DVC, "remote", "modify", "--local", "team", "url", str(remote)], alice, env)
     _run([*DVC, "push", "prepare"], alice, env)
-    return Recorded(alice, run_id, uri, artifacts, remote, audit_env, before, check, rerun, after, worktrees)
+    return Recorded(
+        alice, run_id, uri, artifacts, remote, audit_env, before, check, rerun, after, worktrees, reviewed
+    )
 
 
 def test_rerun_verdicts_and_exit_codes_of_a_dirty_run(dirty_run):
-    """`audit --rerun` end to end, three real reruns from A of its dirty run: its diff applied -> REPRODUCED
-    (exit 0; the fixture's rerun); its test_accuracy then rewritten in the store -> DIFFERS (exit 1), and WITHIN
-    TOLERANCE (exit 0) with a --tolerance above the change. The recorded value is put back afterwards."""
+    """`audit --rerun` end to end, two real reruns from A of its dirty run: its diff applied -> REPRODUCED (exit
+    0; the fixture's rerun), compared with the sealed model's weights and the params the stages logged; its
+    test_accuracy then rewritten in the store -> DIFFERS (exit 1) even with a --tolerance above the change,
+    the rewritten metric named as tampered (the verdict compares its immutable record, which the re-run
+    matches). The recorded value is put back afterwards."""
     from mlflow import MlflowClient
 
     project, run_id = dirty_run.alice, dirty_run.run_id
@@ -121,22 +130,27 @@ def test_rerun_verdicts_and_exit_codes_of_a_dirty_run(dirty_run):
     assert len(rates) == 1 and rates.pop() == pytest.approx(0.002), rates  # the dirty code ran: 2 x 0.001
     weights = run.tags["weights.sha256"][:13] + "..."
     weights_line = f"weights.sha256  recorded {weights}  rerun {weights}"
+    sources = (
+        "recorded figures: weights from the SavedModel whose files match param tfpipe.saved_model_sha256; "
+        "metrics from params tfpipe.metric.*"
+    )
 
     def judged(proc):
         lines = proc.stdout.splitlines()
-        assert len(lines) >= 4 and lines[0] == weights_line, proc.stdout + proc.stderr[-3000:]
+        assert len(lines) >= 5 and lines[0] == weights_line, proc.stdout + proc.stderr[-3000:]
         assert re.fullmatch(r"metrics compared: \d+ \(timing metrics excluded\)", lines[1]), lines[1]
         assert lines[-2] == "prepared data: restored from the DVC cache", proc.stdout
-        return proc, lines[2:-2]
-
-    def rerun(*flags):
-        return judged(
-            _audit(project, dirty_run.env, run_id, "--rerun", "--apply-diff", "--allow-diff-code", *flags)
+        assert sources in lines, proc.stdout
+        differences = [line for line in lines[2:-2] if line.startswith("  ")]
+        return (
+            proc,
+            differences,
+            [line for line in lines[2:-2] if line not in differences and line != sources],
         )
 
-    proc, differences = judged(dirty_run.rerun)
+    proc, differences, notes = judged(dirty_run.rerun)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    assert proc.stdout.splitlines()[-1] == "REPRODUCED" and differences == [], proc.stdout
+    assert proc.stdout.splitlines()[-1] == "REPRODUCED" and differences == notes == [], proc.stdout
     log = proc.stderr.splitlines()
     stat = log[log.index("rerun: with the recorded diff:") + 1 :][:2]
     assert re.fullmatch(rf" {re.escape(DIRTY_FILE)} \| +2 \+-", stat[0]), log
@@ -145,25 +159,22 @@ def test_rerun_verdicts_and_exit_codes_of_a_dirty_run(dirty_run):
     accuracy = client.get_metric_history(run_id, "test_accuracy")
     assert len(accuracy) == 1, accuracy
     rerun_value, step, stamp = accuracy[0].value, accuracy[0].step, accuracy[0].timestamp
+    assert run.params["tfpipe.metric.test_accuracy"] == repr(rerun_value)
     recorded = rerun_value - 0.25 if rerun_value >= 0.5 else rerun_value + 0.25
     # The rewrite is undone in `finally` (a newer point with the original value): the other test's audits,
     # before or after this one, compare against the run as recorded, so neither depends on the test order.
     client.log_metric(run_id, "test_accuracy", recorded, timestamp=stamp + 1, step=step)
     try:
-        assert (
-            client.get_run(run_id).data.metrics["test_accuracy"] == recorded
-        )  # the latest value is the new one
-        diff_line = f"  test_accuracy: recorded {recorded!r}, rerun {rerun_value!r} (|diff| 0.25)"
-
-        proc, differences = rerun()
+        assert client.get_run(run_id).data.metrics["test_accuracy"] == recorded  # the latest value
+        flags = ("--rerun", "--apply-diff", dirty_run.reviewed, "--allow-diff-code", "--tolerance", "0.3")
+        proc, differences, notes = judged(_audit(project, dirty_run.env, run_id, *flags))
         assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
-        assert proc.stdout.splitlines()[-1] == "DIFFERS" and differences == [diff_line], proc.stdout
+        assert proc.stdout.splitlines()[-1] == "DIFFERS" and differences == [], proc.stdout
+        assert notes == [
+            f"tampered: metric test_accuracy shows {recorded!r}, its record (param) is {rerun_value!r}; "
+            "not trusted"
+        ], proc.stdout
         assert client.get_run(run_id).data.tags["audit.verdict"] == "DIFFERS"
-
-        proc, differences = rerun("--tolerance", "0.3")
-        assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-        assert proc.stdout.splitlines()[-1] == "WITHIN TOLERANCE" and differences == [diff_line], proc.stdout
-        assert client.get_run(run_id).data.tags["audit.verdict"] == "WITHIN TOLERANCE"
     finally:
         client.log_metric(run_id, "test_accuracy", rerun_value, timestamp=stamp + 2, step=step)
     assert client.get_run(run_id).data.metrics["test_accuracy"] == rerun_value
@@ -191,13 +202,15 @@ def test_an_audit_from_another_clone_reproduces_and_leaves_the_first_clone_untou
     before = _tree_digest(alice)
     bob_env = {**env, "PYTHONPATH": os.pathsep.join([str(bob), str(bob / "src")])}
 
-    out = _reproduced(bob, run_id, bob_env)  # the committed remote URL leads nowhere from B: prepared again
+    out = _reproduced(
+        bob, run_id, bob_env, dirty_run.reviewed
+    )  # the committed remote URL leads nowhere from B
     assert "prepared data: prepared again from the auditor's raw data" in out.splitlines(), out
     shutil.rmtree(raw)
     # an unsandboxed re-run leaves its re-prepared data in B's DVC cache; a sandboxed one writes only in its own folder
     shutil.rmtree(bob / ".dvc" / "cache", ignore_errors=True)
     _run([*DVC, "remote", "modify", "--local", "team", "url", str(dirty_run.remote)], bob, env)
-    out = _reproduced(bob, run_id, bob_env)  # no raw data: only the remote's copy can feed the re-run
+    out = _reproduced(bob, run_id, bob_env, dirty_run.reviewed)  # no raw data: only the remote's copy
     assert "prepared data: pulled from the DVC remote" in out.splitlines(), out
     assert not (bob / "data" / "prepared").exists()  # restored into the worktree, not into B's own tree
     after = _tree_digest(alice)
@@ -233,9 +246,9 @@ def _assert_own_audit(recorded: Recorded) -> None:
     assert "worktree" not in recorded.worktrees.split("\n", 1)[-1]
 
 
-def _reproduced(project: Path, run_id: str, env: dict) -> str:
-    """stdout of a --rerun (the run is dirty: --apply-diff) that must exit 0 with REPRODUCED."""
-    proc = _audit(project, env, run_id, "--rerun", "--apply-diff", "--allow-diff-code")
+def _reproduced(project: Path, run_id: str, env: dict, reviewed: str) -> str:
+    """stdout of a --rerun (the run is dirty: --apply-diff DIGEST) that must exit 0 with REPRODUCED."""
+    proc = _audit(project, env, run_id, "--rerun", "--apply-diff", reviewed, "--allow-diff-code")
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert proc.stdout.strip().splitlines()[-1] == "REPRODUCED", proc.stdout
     return proc.stdout

@@ -1,6 +1,6 @@
 """Run records are untrusted input: a --rerun refuses hostile recorded diffs (stage command edits, symlinks,
-a diff on a clean-tagged run, no --apply-diff), an untrusted commit, and strips credentials from the stages.
-Runs are forged in a real SQLite store with MLflow's public API, as anyone with EDIT on a server could."""
+a diff on a clean-tagged run, no --apply-diff DIGEST), an untrusted commit, and strips credentials from the
+stages. Runs are forged in a real SQLite store with MLflow's public API, as anyone with EDIT on a server could."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tfpipe.audit.review import digest
 from tfpipe.audit.trust import stage_env
 from tfpipe.errors import UserError
 
@@ -106,7 +107,7 @@ def test_a_diff_editing_a_stage_command_never_runs_it(project, tmp_path):
         repo, lambda r: (r / "dvc.yaml").write_text(f"stages:\n  prepare:\n    cmd: touch {marker}\n")
     )
     run_id = _forge(tmp_path, commit, diff)
-    for flags in ((), ("--apply-diff",)):
+    for flags in ((), ("--apply-diff", digest(diff))):
         proc = _audit(repo, tmp_path, run_id, *flags)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.strip().splitlines()[-1].startswith("audit: error: ")
@@ -124,8 +125,8 @@ def test_a_diff_making_params_a_symlink_is_refused(project, tmp_path):
         (r / "params.yaml").unlink()
         (r / "params.yaml").symlink_to(outside / "params.yaml")
 
-    run_id = _forge(tmp_path, commit, _diff(repo, link))
-    proc = _audit(repo, tmp_path, run_id, "--apply-diff")
+    diff = _diff(repo, link)
+    proc = _audit(repo, tmp_path, _forge(tmp_path, commit, diff), "--apply-diff", digest(diff))
     assert proc.returncode == 2, proc.stderr
     assert "symlink" in proc.stderr and "params.yaml" in proc.stderr
     assert list(outside.iterdir()) == []
@@ -135,7 +136,7 @@ def test_a_diff_making_params_a_symlink_is_refused(project, tmp_path):
 def test_a_diff_on_a_clean_tagged_run_is_refused(project, tmp_path):
     repo, commit = project
     diff = _diff(repo, lambda r: (r / "notes.txt").write_text("new\n"))
-    proc = _audit(repo, tmp_path, _forge(tmp_path, commit, diff, dirty="false"), "--apply-diff")
+    proc = _audit(repo, tmp_path, _forge(tmp_path, commit, diff, dirty="false"), "--apply-diff", digest(diff))
     assert proc.returncode == 2 and "git.dirty=false" in proc.stderr
     assert not (tmp_path / "env.txt").exists()
 
@@ -145,7 +146,7 @@ def test_a_dirty_run_needs_apply_diff(project, tmp_path):
     repo, commit = project
     diff = _diff(repo, lambda r: (r / "notes.txt").write_text("new\n"))
     proc = _audit(repo, tmp_path, _forge(tmp_path, commit, diff))
-    assert proc.returncode == 2 and "--apply-diff" in proc.stderr
+    assert proc.returncode == 2 and f"--apply-diff {digest(diff)[:16]}" in proc.stderr
     assert not (tmp_path / "env.txt").exists()
 
 
@@ -228,6 +229,13 @@ def test_the_stages_do_not_see_credentials(project, tmp_path):
     assert f"rerun: executes commit {commit}" in proc.stderr and "stage prepare" in proc.stderr
 
 
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _running(pid: int) -> bool:
     """Whether `pid` runs: gone, or a zombie its new parent has not reaped yet, is not running."""
     try:
@@ -245,9 +253,8 @@ def test_a_stopped_audit_leaves_no_stage_process_and_no_worktree(project, tmp_pa
     import time
 
     repo, _ = project
-    stages = (
-        "stages:\n  prepare:\n    cmd: echo ok\n  train:\n    cmd: echo $$ > stage.pid && exec sleep 600\n"
-    )
+    mark = f"600.{os.getpid()}{int(time.time() * 1000) % 10**6}"  # this test's sleep, found by its arguments
+    stages = f"stages:\n  prepare:\n    cmd: echo ok\n  train:\n    cmd: echo ok > stage.pid && exec sleep {mark}\n"
     (repo / "dvc.yaml").write_text(stages)
     _sh(repo, "git", "commit", "-qam", "a long train stage")
     commit = _sh(repo, "git", "rev-parse", "HEAD").strip()
@@ -266,20 +273,25 @@ def test_a_stopped_audit_leaves_no_stage_process_and_no_worktree(project, tmp_pa
     )
     deadline = time.monotonic() + 240
 
-    def started() -> list:  # the event: the train stage wrote its pid in its worktree (sandboxed by default)
+    def started() -> list:  # the event: the train stage wrote in its worktree (sandboxed by default)
         return [p for p in scratch.glob("*/worktree/stage.pid") if p.read_text().strip()]
 
-    while not started():
+    def stage_pids() -> (
+        list
+    ):  # host pids: in the sandbox's pid namespace the stage's own $$ means nothing here
+        return [int(p.name) for p in Path("/proc").glob("[0-9]*") if _cmdline(p) == f"sleep\0{mark}\0"]
+
+    while not (started() and stage_pids()):
         assert audit.poll() is None, audit.communicate()
         assert time.monotonic() < deadline, "the train stage never started"
         time.sleep(0.2)
-    stage_pid = int(started()[0].read_text())
+    running = stage_pids()
     assert list(scratch.iterdir())  # the worktree is there while the stage runs
     audit.send_signal(signal.SIGTERM)
     _, err = audit.communicate(timeout=120)
     assert audit.returncode == 128 + signal.SIGTERM, err
     assert err.strip().splitlines()[-1].startswith("audit: stopped"), err
-    assert not _running(stage_pid)
+    assert not any(_running(pid) for pid in running)
     assert list(scratch.iterdir()) == []
     assert len(_sh(repo, "git", "worktree", "list").strip().splitlines()) == 1
 
@@ -340,10 +352,12 @@ def test_a_recorded_model_function_must_be_a_module_of_the_commit(tmp_path, key)
         trust.check_named_code(theirs, tmp_path)
 
 
-PROBE = """import os, socket, sys
+PROBE = """import os, socket, subprocess, sys
 seen = []
+git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)  # in the worktree
+seen.append("git=" + ("works" if git.returncode == 0 else "refused"))
 seen.append("home=" + ("visible" if os.path.exists({netrc!r}) else "hidden"))
-seen.append("dvc_local=" + ("visible" if "s3cret" in open({local!r}).read() else "hidden"))
+seen.append("dvc_local=" + ("visible" if os.path.exists({local!r}) and "s3cret" in open({local!r}).read() else "hidden"))
 seen.append("git_config=" + ("visible" if "t0ken" in open({git_config!r}).read() else "hidden"))
 try:
     open({outside!r}, "w").write("escaped")
@@ -410,13 +424,15 @@ def test_the_sandboxed_stages_see_no_home_no_network_and_write_nowhere_else(proj
         assert boxed.returncode == 2, boxed.stderr
         assert "rerun: sandboxed (bubblewrap)" in boxed.stderr
         assert (
-            "PROBE home=hidden dvc_local=hidden git_config=hidden write=refused net=refused" in boxed.stderr
+            "PROBE git=works home=hidden dvc_local=hidden git_config=hidden write=refused net=refused"
+            in boxed.stderr
         ), boxed.stderr
         assert not outside.exists()
         loose = _audit(repo, tmp_path, run_id, env=env, sandbox="off")
         assert "rerun: not sandboxed (--sandbox off)" in loose.stderr
         assert (
-            "PROBE home=visible dvc_local=visible git_config=visible write=done net=reached" in loose.stderr
+            "PROBE git=works home=visible dvc_local=visible git_config=visible write=done net=reached"
+            in loose.stderr
         ), loose.stderr
 
 

@@ -8,7 +8,7 @@ import pytest
 from tfpipe import cli
 
 SUBCOMMANDS = [  # written out here, not read from the code under test
-    "prepare", "train", "evaluate", "run-all", "launch", "audit", "compare",
+    "prepare", "train", "evaluate", "run-all", "launch", "audit", "compare", "report",
     "promote", "tune", "predict", "serve", "sweep", "init",
 ]  # fmt: skip
 

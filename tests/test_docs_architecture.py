@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "docs" / "hooks"))
 import architecture  # noqa: E402 - docs/hooks is not a package: importable once on sys.path
 
 SVG = "{http://www.w3.org/2000/svg}"
-OWN_ROOMS = "audit commands config data launch models scaffold tracking training tuning"  # the subpackages
+OWN_ROOMS = "audit commands config data launch models report scaffold tracking training tuning"  # subpackages
 PACKAGES = set(OWN_ROOMS.split())
 GROUPS = {"cli", "entry", "stages", "runtime", "loop", "helpers"}  # top-level modules, by role
 OUTSIDE = {"tensorflow", "mlflow", "dvc", "hydra"}

@@ -159,9 +159,9 @@ def test_dvc_exp_run_after_ctrl_c_resumes_into_the_same_run(tmp_path, committed_
 def test_a_queued_experiment_killed_by_dvc_queue_kill_resumes_when_queued_again(tmp_path, committed_baseline):
     """`dvc exp run --queue -S ...` then `dvc exp run --run-all`; `dvc queue kill` (the queue's Ctrl-C) during the
     training; the same two commands again: the queued copy is deleted and a new one made, yet the training
-    resumes from its newest checkpoint into the same MLflow run. Then a teammate's `audit --rerun --apply-diff`
-    of that run (its diff holds params.yaml and dvc.lock: the experiment re-prepared the data) is REPRODUCED:
-    a resumed run re-runs from scratch to the same weights."""
+    resumes from its newest checkpoint into the same MLflow run. Then a teammate's `audit --rerun --apply-diff
+    DIGEST` of that run (its diff holds params.yaml and dvc.lock: the experiment re-prepared the data) is
+    REPRODUCED: a resumed run re-runs from scratch to the same weights."""
     baseline, env = committed_baseline
     project = shutil.copytree(baseline, tmp_path / "project", symlinks=True)
     env = {**env, "PYTHONPATH": str(project / "src")}
@@ -191,6 +191,8 @@ def test_a_queued_experiment_killed_by_dvc_queue_kill_resumes_when_queued_again(
     _run([*dvc, "exp", "run", "--run-all"], project, env)
     _assert_resumed(client, experiment, run_id, stopped_at)
 
-    audit = [sys.executable, "-m", "pipeline.audit", run_id, "--rerun", "--apply-diff"]
-    out = _run(audit, project, env, timeout=900)
+    audit = [sys.executable, "-m", "pipeline.audit", run_id, "--rerun"]
+    shown = subprocess.run(audit, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    reviewed = shown.stderr.rsplit("--apply-diff ", 1)[-1].strip()  # the diff reviewed: its digest
+    out = _run([*audit, "--apply-diff", reviewed], project, env, timeout=900)
     assert "rerun: the diff's dvc.lock left out" in out and "\nREPRODUCED\n" in out, out[-3000:]

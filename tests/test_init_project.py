@@ -250,13 +250,19 @@ def test_an_installed_wheel_inits_a_project_that_trains_serves_and_audits(tmp_pa
     clone = tmp_path / "teammate"
     run("git", "clone", "-q", project, clone, cwd=tmp_path)
     shutil.copytree(project / "data" / "raw" / "imdb", clone / "data" / "raw" / "imdb")
-    audit = ["python", "-m", "tfpipe", "audit", runs["imdb"], "--rerun", "--apply-diff"]
-    store = ["--tracking-uri", f"sqlite:///{project / 'mlflow.db'}"]
-    out = run(*audit, *store, cwd=clone)  # stdout, then the plan and progress on stderr
+    audit = ["python", "-m", "tfpipe", "audit", runs["imdb"], "--rerun", "--tracking-uri"]
+    audit.append(f"sqlite:///{project / 'mlflow.db'}")
+
+    def reviewed() -> list:  # --rerun alone shows the diff to apply and ends naming its digest
+        shown = subprocess.run(audit, cwd=clone, env=env, capture_output=True, text=True, timeout=300)
+        assert shown.returncode == 2, shown.stderr[-2000:]
+        return ["--apply-diff", shown.stderr.rsplit("--apply-diff ", 1)[-1].strip()]
+
+    out = run(*audit, *reviewed(), cwd=clone)  # stdout, then the plan and progress on stderr
     assert "\nREPRODUCED\n" in out, out[-2000:]
     assert "is not in this clone (`dvc exp pull REMOTE" in out  # not shared: the record's diff
     # shared the DVC way (here: fetched from the first clone): the experiment's own commit decides the code
     run("python", "-m", "dvc", "exp", "pull", "--no-cache", "-A", "origin", cwd=clone)
-    out = run(*audit, *store, cwd=clone)
+    out = run(*audit, *reviewed(), cwd=clone)
     assert "\nREPRODUCED\n" in out, out[-2000:]
     assert "is in this clone (refs/exps/" in out and "differs from the experiment's commit" not in out

@@ -113,7 +113,7 @@ def test_dvc_repro_produces_a_complete_mlflow_run(repro_project):
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     # Each stage's last line says where its results are and how to look at the run.
-    look = f"mlflow ui --backend-store-uri sqlite:///mlflow.db, then http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+    look = f"mlflow ui --backend-store-uri sqlite:///mlflow.db, then http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{run_id}?workflowType=machine_learning"
     assert f"train INFO trained: metrics/train.json, plots/history.csv; the run: {look}" in out, out[-3000:]
     assert f"examples: metrics/eval.json; the run: {look}" in out, out[-3000:]
     assert "Downloading artifacts" not in out  # MLflow's bars while log_model validates the model: quiet

@@ -450,3 +450,12 @@ def test_in_a_ten_run_sweep_every_visible_name_differs(make_config, project, mon
             cfg = make_config("experiment=smoke", f"train.optimizer.learning_rate={lr}", f"train.seed={seed}")
             names.append(_train(cfg, project).info.run_name)
     assert len({name[:40] for name in names}) == 10, names
+
+
+def test_a_stage_rooting_its_paths_in_the_project_changes_nothing(make_config, project):
+    """The stages run their config with relative paths made absolute in the project: not a difference."""
+    committed = make_config("experiment=smoke", "data.path=data/raw/cifar10")
+    _commit_params(project, committed)
+    rooted = make_config("experiment=smoke", f"data.path={project / 'data' / 'raw' / 'cifar10'}")
+    run = _train(rooted, project)
+    assert run.info.run_name == f"{_base()}-{run.info.run_id[:6]}"

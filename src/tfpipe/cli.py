@@ -4,10 +4,11 @@ errors and exit codes as `python -m pipeline.<name>`:
     tfpipe prepare|train|evaluate|run-all|launch [--params FILE] [--debug] [OVERRIDE ...]
     tfpipe audit RUN_ID [--rerun] [--tolerance X] [--against RUN] [--tracking-uri URI]
     tfpipe compare RUN_A RUN_B [--tracking-uri URI]
+    tfpipe report BASE [RUN ...] [--out DIR] [--metric NAME] [--log] [--tracking-uri URI]
     tfpipe promote RUN_ID [--alias champion] [--force]
     tfpipe tune NAME [--storage URL] [--study NAME] [OVERRIDE ...]
     tfpipe predict MODEL_URI INPUT_DIR [--out predictions.csv] [--tracking-uri URI]
-    tfpipe serve MODEL_URI [--port 5000] [--host 127.0.0.1]   (checked first, then `mlflow models serve`)
+    tfpipe serve MODEL_URI [--port 5000] [--timeout 60] [--max-body-bytes N]   (checked first; MLflow's app, limited)
     tfpipe sweep [--multirun] [OVERRIDE ...]   (Hydra's own command line, as `python -m pipeline.sweep`)
     tfpipe init DIR [--model NAME]             (a new project of your own that uses the installed tfpipe)
 """
@@ -48,6 +49,12 @@ def _promote(rest: list) -> None:
     from tfpipe.commands import promote
 
     sys.exit(promote.main(rest, prog="tfpipe promote"))
+
+
+def _report(rest: list) -> None:
+    from tfpipe.commands import report
+
+    sys.exit(report.main(rest, prog="tfpipe report"))
 
 
 def _predict(rest: list) -> None:
@@ -96,6 +103,9 @@ COMMANDS: Dict[str, Command] = {
     "launch": Command("train under a multi-process strategy on this machine", _stage("launch"), ENTRY),
     "audit": Command("check a run against this clone, or re-execute it (--rerun)", _audit("audit"), _AUDIT),
     "compare": Command("how two runs differ", _audit("compare"), _AUDIT),
+    "report": Command(
+        "runs as seeds of their configurations, for a pull request", _report, "tfpipe.commands.report"
+    ),
     "promote": Command(
         "register a run's model and move a registry alias to it",
         _promote,

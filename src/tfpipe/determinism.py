@@ -78,10 +78,29 @@ def weights_sha256(model_or_variables) -> str:
     import numpy as np
 
     variables = getattr(model_or_variables, "weights", model_or_variables)
+    named = (
+        (getattr(v, "path", None) or getattr(v, "name", ""), v.numpy() if hasattr(v, "numpy") else v)
+        for v in variables
+    )
+    return _named_sha256((name, np.asarray(value)) for name, value in named)
+
+
+def saved_weights_sha256(npz_path) -> str:
+    """`weights_sha256` of the model an export saved as `keras_weights.npz` (each weight under its Keras path,
+    in the model's weight order: `models.warmstart.save_weights_by_path`), read from the file alone: what a
+    sealed SavedModel's weights are, whatever its seal's facts say."""
+    import numpy as np
+
+    with np.load(npz_path, allow_pickle=False) as archive:
+        return _named_sha256((name, archive[name]) for name in archive.files)
+
+
+def _named_sha256(named) -> str:
+    import numpy as np
+
     digest = hashlib.sha256()
-    for var in variables:
-        value = np.ascontiguousarray(np.asarray(var.numpy() if hasattr(var, "numpy") else var))
-        name = getattr(var, "path", None) or getattr(var, "name", "")
+    for name, value in named:
+        value = np.ascontiguousarray(value)
         digest.update(f"{name}|{value.dtype.str}|{value.shape}\n".encode("utf-8"))
         digest.update(value.tobytes())
     return digest.hexdigest()

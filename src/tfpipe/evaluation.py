@@ -159,7 +159,10 @@ def check_complete(saved_model_dir: Path) -> None:
 def _serving_fn(saved_model_dir: Path):
     import tensorflow as tf
 
+    from tfpipe.models import program
+
     check_complete(saved_model_dir)
+    program.check(saved_model_dir)  # its ops, read before TensorFlow loads (runs) any of them
     loaded = tf.saved_model.load(str(saved_model_dir))
     if "serving_default" not in loaded.signatures:
         raise DataError(

@@ -19,6 +19,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator[
     exception it is removed and `path` is left as it was. Creates the parent folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_dead_temps(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     if "b" not in mode:
         kwargs.setdefault("encoding", "utf-8")
@@ -28,6 +29,25 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator[
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def remove_dead_temps(path: Path) -> None:
+    """Remove the temporary siblings of `path` (`.<name>.tmp-<pid>`) whose writer is gone: a process killed
+    mid-write leaves one, and the next attempt's rename does not take it away. A live writer's is kept."""
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):
+        pid = stale.name.rpartition("-")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            stale.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -1,4 +1,5 @@
-"""The three pipeline stages as library functions: each wires the modules for one DVC stage.
+"""The three pipeline stages as library functions: each wires the modules for one DVC stage (evaluate's in
+`tfpipe.evaluate_stage`, named here too).
 
 `pipeline/*.py` parse arguments and call one of these; tests call them directly. Output paths
 are fixed here and mirrored in dvc.yaml (tests/test_dvc_yaml.py keeps the two in step).
@@ -13,6 +14,9 @@ from pathlib import Path
 
 from tfpipe import files, tfconfig  # tfconfig: whether this process is the chief (no TensorFlow)
 from tfpipe.config import Config
+from tfpipe.evaluate_stage import prefixed as _prefixed
+from tfpipe.evaluate_stage import register as _register  # noqa: F401 - also read as stages._register
+from tfpipe.evaluate_stage import run_evaluate  # noqa: F401 - the evaluate stage, in a module of its own
 from tfpipe.layout import (  # noqa: F401 - the paths, also read as stages.* by callers
     CONFUSION_CSV,
     CONFUSION_PNG,
@@ -153,9 +157,9 @@ def _log_training(
         run.set_tags({"tfpipe.resumed_at_step": result.resumed_at_step})
     if result.warm_start:  # which layers the warm start filled, which kept their fresh initialisation
         run.set_tags({f"init.layers_{k}": ",".join(v)[:4000] or "-" for k, v in result.warm_start.items()})
-    run.log_metrics(_prefixed(result.final_metrics, "final_"), step=len(result.history))
     stopping = result.early_stopping or {}  # train.early_stopping's record (EarlyStopping.summary)
-    run.log_metrics(stopping, step=len(result.history))
+    final = {**_prefixed(result.final_metrics, "final_"), **stopping}  # also as params: what audit compares
+    tracking.log_final_metrics(run, final, step=len(result.history))
 
     summary = {
         **result.final_metrics,
@@ -188,72 +192,7 @@ def _log_training(
             class_names=manifest["class_names"],
         )
     else:
-        run.log_artifacts(result.saved_model_dir, "saved_model")
-
-
-def run_evaluate(cfg: Config, root: Path):
-    """The SavedModel, loaded from disk, scored on the test split; logged into the train run."""
-    from tfpipe import data, evaluation, provenance, tracking
-    from tfpipe.tracking import registry
-
-    cfg = _rooted(cfg, root)
-    prepared = Path(cfg.data.output_dir)
-    saved_model = model_dir(cfg, root) / "saved_model"
-    evaluation.check_complete(saved_model)  # before any run is opened: an unfinished export is refused
-    manifest = data.load_manifest(prepared)
-    data.verify_shards(prepared, manifest)
-    digest = data.manifest_digest(prepared)
-
-    with tracking.resume_run(cfg, root, stage="evaluate") as run:
-        from tfpipe.data.report import leaked_test_hashes
-
-        leaked = leaked_test_hashes(
-            prepared
-        )  # test examples that duplicate a train example: test_accuracy_dedup
-        result = evaluation.evaluate(saved_model, prepared, batch_size=256, leaked_hashes=leaked)
-        evaluation.write_reports(
-            result,
-            metrics_path=root / EVAL_METRICS,
-            per_class_path=root / EVAL_PER_CLASS,
-            confusion_csv_path=root / CONFUSION_CSV,
-            confusion_png_path=root / CONFUSION_PNG,
-        )
-        run.log_dataset(manifest, digest, prepared, context="test")
-        metrics = _prefixed(result.scalar_metrics(), "test_")
-        model_id = registry.log_test_metrics(
-            run, metrics, manifest=manifest, digest=digest, prepared=prepared
-        )
-        run.log_artifact(root / EVAL_METRICS, "metrics")
-        run.log_artifact(root / EVAL_PER_CLASS, "metrics")
-        run.log_artifact(root / CONFUSION_CSV, "plots")
-        run.log_artifact(root / CONFUSION_PNG, "plots")
-        run.set_tags(tracking.dvc_lock_tags(provenance.collect(root)))
-        if model_id and (cfg.tracking.register_model or cfg.tracking.auto_promote_alias):
-            _register(run, cfg, model_id)
-    where = tracking.where(run, root)
-    log.info(
-        "test accuracy %.4f on %d examples: %s; the run: %s",
-        result.accuracy,
-        result.num_examples,
-        EVAL_METRICS,
-        where,
-    )
-    return result
-
-
-def _register(run, cfg: Config, model_id: str) -> None:
-    """The logged model registered (register_model); the alias moved, registering it, when it beats its model."""
-    from tfpipe.tracking import registry
-
-    if cfg.tracking.register_model:  # else only what auto_promote promotes is registered
-        registry.register(run, model_id, cfg.tracking.model_name(cfg.dataset.name))
-    if cfg.tracking.auto_promote_alias:
-        registry.auto_promote(
-            run,
-            cfg.tracking.auto_promote_alias,
-            metric=cfg.tracking.promote_metric,
-            mode=cfg.tracking.promote_mode,
-        )
+        tracking.log_saved_model_files(run, result.saved_model_dir)  # with its digest as a param
 
 
 def run_all(cfg: Config, root: Path):
@@ -274,10 +213,6 @@ def run_all(cfg: Config, root: Path):
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def _prefixed(metrics: dict, prefix: str) -> dict:
-    return {f"{prefix}{k}": float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
 
 
 def _input_example(prepared: Path, manifest: dict):

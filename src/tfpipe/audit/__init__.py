@@ -2,6 +2,7 @@
 
     items = audit.check(run_id, root)                # recorded vs present: code, data, config, environment
     result = audit.rerun(run_id, root, tolerance=0)  # re-execute at the recorded commit, compare outcomes
+    audit.judge(recorded, rerun, tolerance)          # the verdict (`verdict`: what it compares, from where)
     rows = audit.compare(run_a, run_b, uri)          # what differs between two runs
     audit.data_report_section(run_id, other, uri)    # only the data report rows of compare (audit --against)
     audit.registry_line(run_id, root)                # the run's registered versions and their aliases
@@ -29,7 +30,8 @@ from tfpipe.audit.common import (
     warm_start_line,
 )
 from tfpipe.audit.compare import compare, compare_runs, data_report_section, format_compare
-from tfpipe.audit.rerun import RerunResult, format_rerun, judge, rerun
+from tfpipe.audit.rerun import rerun
+from tfpipe.audit.verdict import RerunResult, format_rerun, judge
 
 __all__ = [
     "DIFFERS",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from tfpipe.audit.common import ENV_TAGS, TIMING_MARKERS, _load, _short
 
 MODEL_DIGEST = "tfpipe.saved_model_sha256"  # tfpipe.tracking.model_uri.DIGEST_PARAM (no MLflow import here)
+METRIC_PARAM = "tfpipe.metric."  # tfpipe.tracking.outcome.METRIC_PARAM: the final figures' immutable copies
 
 
 def _comparable_metrics(metrics: dict) -> dict:
@@ -16,6 +17,8 @@ def compare_runs(a: dict, b: dict) -> list:
     """Rows (section, key, value_a, value_b) for every differing param, tag group and metric."""
     rows = []
     for key in sorted(set(a["params"]) | set(b["params"])):
+        if key.startswith(METRIC_PARAM):  # a metric's copy, not a setting: the metrics rows show it
+            continue
         if a["params"].get(key) != b["params"].get(key):
             # the logged SavedModel's digest is the training's outcome, not a setting
             section = "training" if key == MODEL_DIGEST else "config"

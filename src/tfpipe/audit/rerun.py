@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import datetime as _dt
 import json
 import os
 import shutil
@@ -14,53 +12,11 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from tfpipe.audit import experiment, record_values, sandbox, scratch, trust
+from tfpipe.audit import experiment, record_values, review, sandbox, scratch, trust, verdict
 from tfpipe.audit import warmstart as warm
-from tfpipe.audit.common import (
-    DIFFERS_VERDICT,
-    ENV_TAGS,
-    REPRODUCED,
-    WITHIN_TOLERANCE,
-    UserError,
-    _git,
-    _load,
-    _short,
-    tracking_uri_for,
-)
-from tfpipe.audit.compare import _comparable_metrics
+from tfpipe.audit.common import UserError, _git, _load, tracking_uri_for
 from tfpipe.audit.prepared import PREPARED_AGAIN, dvc_config_local, lock_recorded_prepare, restore_prepared
-
-
-@dataclasses.dataclass
-class RerunResult:
-    verdict: str
-    weights_recorded: Optional[str]
-    weights_rerun: Optional[str]
-    differences: list  # (metric, recorded, rerun, abs diff)
-    compared_metrics: int
-    rerun_run_id: Optional[str] = None
-    report: dict = dataclasses.field(default_factory=dict)
-
-
-def judge(recorded: dict, rerun: dict, tolerance: float) -> tuple:
-    """(verdict, differences, n) comparing weight hash tags and every non-timing metric."""
-    wa, wb = recorded["tags"].get("weights.sha256"), rerun["tags"].get("weights.sha256")
-    ma, mb = _comparable_metrics(recorded["metrics"]), _comparable_metrics(rerun["metrics"])
-    diffs, beyond = [], False
-    for key in sorted(set(ma) | set(mb)):
-        a, b = ma.get(key), mb.get(key)
-        if a == b:
-            continue
-        delta = abs(a - b) if a is not None and b is not None else float("inf")
-        diffs.append((key, a, b, delta))
-        beyond = beyond or not delta <= tolerance
-    if wa and wa == wb and not diffs:
-        return REPRODUCED, diffs, len(ma)
-    if not beyond and wa and wb:
-        return WITHIN_TOLERANCE, diffs, len(ma)
-    if not beyond and not wa:  # nothing to prove bit-identity with
-        return WITHIN_TOLERANCE, diffs, len(ma)
-    return DIFFERS_VERDICT, diffs, len(ma)
+from tfpipe.audit.verdict import RerunResult, format_rerun, judge  # noqa: F401 - also read as rerun.*
 
 
 def _copy_tree_linked(src: Path, dst: Path) -> None:
@@ -103,9 +59,9 @@ def _make_worktree(
         raise UserError(f"git worktree add at {commit[:12]} failed: {proc.stderr.strip()[:300]}")
     trusted = record_values.named_in(wt)  # the commit's own conf/ and params.yaml, before any recorded diff
     patch = None
-    if run.get("git_diff"):  # allowed by trust.gate: made from a dirty tree, --apply-diff given
+    if run.get("git_diff"):  # allowed by trust.gate: made from a dirty tree, --apply-diff DIGEST its digest
         patch = tmp / "recorded.patch"
-        patch.write_text(run["git_diff"], encoding="utf-8")
+        patch.write_bytes(review.raw(run["git_diff"]))  # the bytes as recorded: the ones reviewed
         trust.apply_diff(wt, patch, commit)
         if allow_diff_code:  # the auditor read the diff and lets its code run: its conf/ names code too
             trusted = record_values.named_in(wt, trusted)
@@ -149,7 +105,8 @@ def _run_stages(wt: Path, store: str, log, pass_env: tuple = (), sandboxed: bool
     dvc = [sys.executable, "-m", "dvc", "repro"]
     if sandboxed:
         trust.write_inside(wt, ".dvc/config.local", sandbox.dvc_config(wt.parent))
-        dvc = sandbox.wrap(dvc, wt.parent, Path(root))
+        dvc = sandbox.wrap(dvc, wt.parent, Path(root))  # root: the folder handed over to uid 65534
+        env = sandbox.environment(env, pass_env, wt.parent)  # the whole environment inside: an allowlist
     steps = [("train", ["-f", "-s", "train"]), ("evaluate", ["-f", "-s", "evaluate"])]
     if source == PREPARED_AGAIN:
         steps.insert(0, ("prepare from the auditor's raw data", ["prepare"]))
@@ -197,27 +154,6 @@ def _stop_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _report(run_id: str, run: dict, new: dict, verdict: str, diffs: list, n: int, tolerance: float) -> dict:
-    now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
-    return {
-        "run_id": run_id,
-        "verdict": verdict,
-        "prepared_data": new.get("prepared_data"),
-        "time": now,
-        "commit": run["tags"]["git.commit"],
-        "tolerance": tolerance,
-        "weights_sha256": {
-            "recorded": run["tags"].get("weights.sha256"),
-            "rerun": new["tags"].get("weights.sha256"),
-        },
-        "metrics_compared": n,
-        "differences": [{"metric": k, "recorded": a, "rerun": b, "abs_diff": d} for k, a, b, d in diffs],
-        "rerun_environment": {
-            k: new["tags"].get(k) for k in ("python_version", *ENV_TAGS, "cpu", "cpu_flags")
-        },
-    }
-
-
 def rerun(
     run_id: str,
     root,
@@ -226,13 +162,14 @@ def rerun(
     tolerance: float = 0.0,
     keep: bool = False,
     log=print,
-    apply_diff: bool = False,
+    apply_diff: Optional[str] = None,
     trusted_ref: Optional[str] = None,
     pass_env: tuple = (),
     allow_diff_code: bool = False,
     sandbox_mode: str = "auto",
 ) -> RerunResult:
-    """Re-create run `run_id` in a temporary git worktree at its commit and compare the outcome."""
+    """Re-create run `run_id` in a temporary git worktree at its commit and compare the outcome (`verdict`).
+    `apply_diff`: the digest of the dirty run's recorded diff, as printed without it (`review`)."""
     import yaml
 
     from tfpipe.tracking import reading
@@ -240,8 +177,9 @@ def rerun(
     root = Path(root).resolve()
     uri = tracking_uri_for(root, uri)
     run = experiment.choose(_recorded_run(run_id, root, uri, tolerance), root, log)
-    trust.gate(run_id, run, root, apply_diff, trusted_ref, allow_diff_code)
+    trust.gate(run_id, run, root, apply_diff, trusted_ref, allow_diff_code, log=log)
     sandboxed = sandbox.decide(sandbox_mode, log)
+    recorded = verdict.recorded(run, reading.sealed_weights(uri, run_id))  # what nobody can rewrite
     tmp = scratch.folder(log)  # the leftovers of killed audits removed first
     wt = tmp / "worktree"
     try:
@@ -250,39 +188,21 @@ def rerun(
         prepared = _run_stages(wt, store, log, tuple(pass_env), sandboxed, root)
         params = yaml.safe_load((wt / "params.yaml").read_text())  # the record's values, re-rooted in wt
         new_id = json.loads((wt / (params["tracking"].get("run_file") or "run.json")).read_text())["run_id"]
-        new = {**reading.load_run(store, new_id), "prepared_data": prepared}
+        new = reading.load_run(store, new_id)
+        again = verdict.rerun_side(new, reading.sealed_weights(store, new_id), recorded)
     finally:
         scratch.remove(root, wt, tmp, keep, log)
-    verdict, diffs, n = judge(run, new, tolerance)
-    report = _report(run_id, run, new, verdict, diffs, n, tolerance)
-    now = report["time"]
+    word, diffs, n = verdict.judge(recorded, again, tolerance)
+    report = verdict.report(run_id, run, prepared, word, (diffs, n), (recorded, again), tolerance)
+    now, who = report["time"], report["auditor"]
     refused = reading.record_audit(
         uri,
         run_id,
-        {"audit.verdict": verdict, "audit.time": now},
+        {"audit.verdict": word, "audit.time": now, "audit.by": who["mlflow_user"] or who["user"] or "?"},
         report,
         f"rerun-{now.replace(':', '')}.json",
     )
     if refused:
         log(refused)
-    return RerunResult(
-        verdict,
-        run["tags"].get("weights.sha256"),
-        new["tags"].get("weights.sha256"),
-        diffs,
-        n,
-        new_id,
-        report,
-    )
-
-
-def format_rerun(result: RerunResult) -> str:
-    lines = [
-        f"weights.sha256  recorded {_short(result.weights_recorded, 16)}  rerun {_short(result.weights_rerun, 16)}",
-        f"metrics compared: {result.compared_metrics} (timing metrics excluded)",
-    ]
-    for key, a, b, d in result.differences:
-        lines.append(f"  {key}: recorded {a!r}, rerun {b!r} (|diff| {d:.3g})")
-    lines.append(f"prepared data: {result.report.get('prepared_data')}")
-    lines.append(result.verdict)
-    return "\n".join(lines) + "\n"
+    notes = verdict.notes(recorded, again, word)
+    return RerunResult(word, recorded.weights, again.weights, diffs, n, new_id, report, notes)

@@ -1,99 +1,275 @@
-"""The re-run's stages in a sandbox: an audit re-executes code someone else recorded, so with bubblewrap (`bwrap`)
-its stages see the machine read-only, neither the auditor's home nor the network, and write only in the re-run's
-own temporary folder (the worktree, its temporary store and DVC cache), which the audit removes afterwards.
+"""The re-run's stages in a sandbox: an audit re-executes code someone else recorded, so it runs under
+bubblewrap (`bwrap`), or not at all unless the auditor says `--sandbox off`.
 
-What it knows: bwrap's command line, and which folders a Python process needs back from a hidden home (the
-interpreter and its packages, when installed there). What it does not: whether the kernel lets bwrap make its
-namespaces, until `problem` tries once. Without a working bwrap, `--sandbox auto` (the default) runs the stages
-unsandboxed with one line saying so, `--sandbox on` refuses."""
+Inside, whoever audits: a kernel uid that is not root and holds no capability (an auditor who is root: uid and
+gid 65534, `setpriv` dropping every capability, the bounding set and new privileges once bwrap has built the
+view; anyone else: their own uid in a user namespace, `--cap-drop ALL`); new pid, ipc, uts, net and cgroup
+namespaces (no other process, no network, not even this machine's loopback or its abstract Unix sockets) with a
+fresh `/proc`; a file system that holds only the system folders read-only (`SYSTEM`), the Python installation
+read-only, an empty `/tmp` and an empty home, the project's `.git` read-only with its config reduced to the core
+settings, and the re-run's own folder writable (its raw data hard links read-only). Not there: the rest of the
+project (`.env`, `.dvc/config.local`), your home, `/root`, `/home`, `/run`, `/var` and the host's `/tmp`, so no
+host Unix socket either. The environment is an allowlist (`environment`), handed to bwrap as its whole
+environment (bwrap's `--setenv` would show the values in the process list).
+
+Why root drops its uid inside and not before bwrap: bwrap run by uid 65534 cannot bind what uid 65534 cannot
+reach (a Python under `/root`, a project under a 0700 folder; `--bind-fd` too resolves the path), so root's
+bwrap builds the view and `setpriv` drops to 65534 before the stage's first instruction."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Optional
 
 from tfpipe.audit.common import UserError
+from tfpipe.audit.trust import ENV_SECRET
 from tfpipe.errors import one_line
 
-MODES = ("auto", "on", "off")
+MODES = ("auto", "on", "off")  # auto: as on (kept so that existing command lines parse)
 INSTALL = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
+INSTALL_SETPRIV = "install util-linux (Debian/Ubuntu: apt-get install util-linux)"
+NOBODY = 65534  # the uid and gid a root auditor's stages run as
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys")
+# The stages' environment inside: what `trust.stage_env` keeps and `rerun` sets (its temporary store, no DVC
+# analytics), less HOME, TMPDIR and USER, which the sandbox sets or drops; plus the names passed with --pass-env.
+ENV_KEEP = {"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "PYTHONPATH", "PYTHONHASHSEED", "CUDA_VISIBLE_DEVICES"}
+ENV_KEEP |= {"MLFLOW_TRACKING_URI", "DVC_NO_ANALYTICS"}
+ENV_KEEP_PREFIXES = ("LC_", "TF_", "OMP_", "KMP_", "ONEDNN_", "DNNL_")
+SITE = ("site-packages", "dist-packages")
+ENV_SECRET_TOO = re.compile(r"USER|LOGIN|NETRC|COOKIE|SESSION", re.IGNORECASE)
 
 
 def problem() -> Optional[str]:
-    """None when bwrap runs a command here, else why not, in a few words."""
-    exe = shutil.which("bwrap")
-    if not exe:
+    """None when the sandbox runs this Python here, as `wrap` builds it, else why not, in a few words."""
+    if not shutil.which("bwrap"):
         return "bubblewrap (bwrap) is not installed"
-    try:
-        proc = subprocess.run(
-            [exe, "--ro-bind", "/", "/", "--unshare-net", "true"], capture_output=True, timeout=60
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"bwrap cannot start here ({one_line(exc, 160)})"
-    return (
-        None if proc.returncode == 0 else f"bwrap cannot start here ({one_line(proc.stderr.decode(), 160)})"
-    )
+    if os.geteuid() == 0 and not shutil.which("setpriv"):
+        return f"setpriv, which drops root to uid {NOBODY} in the sandbox, is not installed"
+    with tempfile.TemporaryDirectory(prefix="tfpipe-sandbox-probe-") as folder:
+        argv = wrap([sys.executable, "-I", "-S", "-c", ""], Path(folder), None)
+        env = environment(dict(os.environ), (), Path(folder))
+        try:
+            proc = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=60)
+            why = None if proc.returncode == 0 else proc.stderr
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = str(exc)
+    return None if why is None else f"bwrap cannot start here ({one_line(why, 160)})"
 
 
 def decide(mode: str, log) -> bool:
-    """Whether the stages run sandboxed, said in one line; `on` without a working bwrap is refused."""
+    """Whether the stages run sandboxed, said in one line; without a working sandbox anything but `off` is
+    refused (called before the re-run makes its folder or worktree)."""
     if mode not in MODES:
         raise UserError(f"audit: --sandbox {mode!r}: allowed: {', '.join(MODES)}")
     if mode == "off":
         log("rerun: not sandboxed (--sandbox off): the stages run with your files, home and network")
         return False
     why = problem()
-    if why is None:
-        log("rerun: sandboxed (bubblewrap): no home, no network, writes only in the re-run's folder")
-        return True
-    if mode == "on":
-        raise UserError(f"audit: --sandbox on: {why}; {INSTALL}, or choose --sandbox off")
-    log(f"rerun: not sandboxed: {why} ({INSTALL}; --sandbox on refuses instead)")
-    return False
+    if why is not None:
+        fix = INSTALL_SETPRIV if why.startswith("setpriv") else INSTALL
+        raise UserError(f"audit: --sandbox {mode}: {why}; {fix}, or choose --sandbox off")
+    who = f"as uid {NOBODY}" if os.geteuid() == 0 else "in a user namespace"
+    log(
+        f"rerun: sandboxed (bubblewrap): {who}, no capabilities, no home, no network, no other process, "
+        "writes only in the re-run's folder"
+    )
+    return True
 
 
-def _python_folders_under(home: Path) -> list:
-    """The interpreter's prefixes and import path entries inside `home`, which the hidden home must give back."""
-    wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path}
-    inside = sorted({Path(p).resolve() for p in wanted if p and os.path.isdir(p)})
-    inside = [p for p in inside if p.is_relative_to(home) and p != home]
-    return [p for p in inside if not any(p != q and p.is_relative_to(q) for q in inside)]  # outermost only
+def _home() -> Path:
+    """The home the stages see (an empty tmpfs): yours by name, a fixed one where yours is none."""
+    home = Path(os.path.abspath(os.path.expanduser("~")))
+    return home if home != Path("/") else Path("/tmp/home")
 
 
-def wrap(cmd: list, folder: Path, project: Path) -> list:
-    """`cmd` under bwrap: everything read-only, the home an empty tmpfs (the Python installation bound back
-    read-only), no network, `folder` (the re-run's temporary folder) writable, and the project's own remote
-    settings hidden: `.dvc/config.local` (remote URLs and passwords), and in `.git/config` all but core settings."""
-    home = Path.home().resolve()
-    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    if home != Path("/") and home.is_dir():  # the re-run's folder, bound below, shows through even inside it
-        argv += ["--tmpfs", str(home)]
-        for kept in _python_folders_under(home):
-            argv += ["--ro-bind", str(kept), str(kept)]
-        if project.resolve().is_relative_to(home):  # the worktree's .git points into the project's .git
-            argv += ["--ro-bind", str(project / ".git"), str(project.resolve() / ".git")]
-    git_config = project / ".git" / "config"  # remote URLs and http headers may carry tokens
-    if git_config.is_file():  # the stages' git sees its core settings only
-        kept = folder / "git-config"
-        kept.write_text(_core_settings(git_config), encoding="utf-8")
-        argv += ["--ro-bind", str(kept), str(git_config.resolve())]
-    argv += ["--bind", str(folder), str(folder)]
+def environment(env: dict, passed: tuple, folder: Path) -> dict:
+    """The stages' whole environment inside: locale, thread and kernel settings, `PATH` (this Python's folder
+    first), `PYTHONPATH`, the temporary store's URI, the names passed with `--pass-env`; HOME the empty home,
+    TMPDIR in the re-run's folder, git told the worktree is safe (its owner inside may differ from its
+    .git's). Nothing else: no credential-looking name (`trust.ENV_SECRET`, `...USER...`) unless passed."""
+    out = {}
+    for name, value in env.items():
+        kept = name in ENV_KEEP or name.startswith(ENV_KEEP_PREFIXES)
+        if name in passed or (kept and not ENV_SECRET.search(name) and not ENV_SECRET_TOO.search(name)):
+            out[name] = value
+    out["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), out.get("PATH") or os.defpath])
+    out.update(HOME=str(_home()), TMPDIR=str(folder / "tmp"))
+    out.update(GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="safe.directory", GIT_CONFIG_VALUE_0="*")
+    return out
+
+
+def _python_folders(avoid: list) -> list:
+    """The interpreter's prefixes, and the import path folders under one of them or named site-packages (a
+    user site), outermost only; not those the system folders hold already, nor one that is or holds one of
+    `avoid` (the project, the home, the re-run's folder), nor other import path folders (the current folder,
+    PYTHONPATH's, a source checkout's): binding one would show the files beside its modules."""
+    prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    found = {Path(p).resolve() for p in sys.path if p and os.path.isdir(p)}
+    found = {p for p in found if p.name in SITE or any(p.is_relative_to(q) for q in prefixes)} | prefixes
+    found = {p for p in found if p.is_dir() and not any(p.is_relative_to(s) for s in SYSTEM)}
+    found = {p for p in found if not any(a.is_relative_to(p) for a in avoid)}
+    return sorted(p for p in found if not any(p != q and p.is_relative_to(q) for q in found))
+
+
+def _parents(dest: Path) -> list:
+    """`--dir` for each folder above `dest`, readable by all (bwrap makes missing ones 0700, root's when root
+    runs it, which uid 65534 could not pass)."""
+    return [a for p in reversed(dest.parents) if p.parent != p for a in ("--perms", "0755", "--dir", str(p))]
+
+
+def _bind(src: Path, dest: Path, writable: bool = False) -> list:
+    return [*_parents(dest), "--bind" if writable else "--ro-bind", str(src), str(dest)]
+
+
+def _system() -> list:
+    """The system folders read-only (a symlink such as /bin -> usr/bin as the same symlink)."""
+    argv = []
+    for name in SYSTEM:
+        if os.path.islink(name):
+            argv += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            argv += _bind(Path(name), Path(name))
+    return argv
+
+
+def _namespaces(privileged: bool) -> list:
+    """Root's bwrap keeps only what `setpriv` needs to drop to uid 65534 (and drop those too); anyone else's
+    makes a user namespace and holds no capability in it."""
+    unshare = ["--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    if privileged:
+        kept = [a for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP") for a in ("--cap-add", cap)]
+        return [*unshare, "--cap-drop", "ALL", *kept]
+    return ["--unshare-all", "--unshare-user", *unshare, "--cap-drop", "ALL"]
+
+
+def _drop() -> list:
+    """`setpriv` to uid and gid 65534: no groups, no capability in any set, no new privileges (setuid files)."""
+    return [
+        shutil.which("setpriv") or "setpriv",
+        f"--reuid={NOBODY}",
+        f"--regid={NOBODY}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+    ]
+
+
+def wrap(cmd: list, folder: Path, project: Optional[Path], privileged: Optional[bool] = None) -> list:
+    """`cmd` under bwrap (see the module's docstring): `folder` (the re-run's temporary folder) writable, the
+    project's .git read-only with a config of core settings, nothing else of the project. `privileged`
+    (default: whether this process is root) drops to uid 65534 inside and hands `folder` over to it."""
+    privileged = os.geteuid() == 0 if privileged is None else privileged
+    folder, home = Path(folder).resolve(), _home()
+    project = Path(project).resolve() if project is not None else None
+    (folder / "tmp").mkdir(exist_ok=True)
+    if privileged:
+        hand_over(folder)
+    argv = [shutil.which("bwrap") or "bwrap", *_namespaces(privileged), "--die-with-parent", "--new-session"]
+    argv += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp", *_system()]
+    argv += [*_parents(home), "--perms", "0777", "--tmpfs", str(home)]
+    if project is not None and any(project.is_relative_to(s) for s in SYSTEM):
+        argv += ["--tmpfs", str(project)]  # a project under /opt: none of its files but .git
+    for kept in _python_folders([p for p in (project, home, folder) if p is not None]):
+        argv += _bind(kept, kept)
+    argv += _git_dir(project, folder) if project is not None else []
+    argv += _bind(folder, folder, writable=True)
     raw = folder / "worktree" / "data" / "raw"
     if raw.is_dir():  # hard links to the auditor's raw files: writing them would write those
         argv += ["--ro-bind", str(raw), str(raw)]
-    secret = project / ".dvc" / "config.local"
-    if secret.is_file():  # an empty file over it (a device node would not open: bwrap binds with nodev)
-        empty = folder / "empty"
-        empty.write_bytes(b"")
-        argv += ["--ro-bind", str(empty), str(secret.resolve())]
-    scratch = folder / "tmp"
-    scratch.mkdir(exist_ok=True)
-    argv += ["--setenv", "TMPDIR", str(scratch), "--setenv", "HOME", str(home)]
-    return [*argv, "--unshare-net", "--die-with-parent", "--", *cmd]
+    return [*_once(argv), "--", *(_drop() if privileged else []), *cmd]
+
+
+def _once(argv: list) -> list:
+    """bwrap's options without a second `--dir` of a folder, nor one over a folder a tmpfs made."""
+    out, made, i = [], set(), 0
+    while i < len(argv):
+        if argv[i] == "--perms" and argv[i + 2] == "--dir":
+            if argv[i + 3] not in made:
+                out += argv[i : i + 4]
+            made.add(argv[i + 3])
+            i += 4
+            continue
+        if argv[i] == "--tmpfs":
+            made.add(argv[i + 1])
+        out.append(argv[i])
+        i += 1
+    return out
+
+
+def _git_dir(project: Path, folder: Path) -> list:
+    """The project's git directory read-only (the worktree's `.git` points into it), its config reduced to the
+    core settings (remote URLs and http headers may carry tokens), written in `folder` (root's, read-only)."""
+    git = _common_git_dir(project)
+    if git is None:
+        return []
+    argv = _bind(git, git)
+    config = git / "config"
+    if config.is_file():
+        kept = folder / "git-config"
+        kept.write_text(_core_settings(config), encoding="utf-8")
+        kept.chmod(0o644)  # root's, read by uid 65534 inside, whatever the umask
+        argv += ["--ro-bind", str(kept), str(config)]
+    return argv
+
+
+def _common_git_dir(project: Path) -> Optional[Path]:
+    """The project's `.git`, or where its `.git` file points (a worktree's: its `commondir`), read as files:
+    git itself would refuse a repository its caller does not own."""
+    dot = project / ".git"
+    if dot.is_dir():
+        return dot.resolve()
+    try:
+        line = dot.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not line.startswith("gitdir: "):
+        return None
+    gitdir = (project / line[len("gitdir: ") :]).resolve()
+    common = gitdir / "commondir"
+    return (gitdir / common.read_text(encoding="utf-8").strip()).resolve() if common.is_file() else gitdir
+
+
+def hand_over(folder: Path) -> None:
+    """Root auditing: what `folder` holds becomes uid 65534's, the folder itself stays root's (its lock, and the
+    removal of a killed audit's folder, go by its owner) with group 65534 writing and the sticky bit (root's
+    files in it stay root's). Hard-linked files (the auditor's raw data, DVC's cache) and the lock keep their
+    owner, so uid 65534 cannot write them; the raw data is made readable (`_readable`)."""
+    os.chown(folder, -1, NOBODY)
+    os.chmod(folder, 0o1770)
+    raw = folder / "worktree" / "data" / "raw"
+    for top, dirs, files in os.walk(folder):
+        if Path(top).is_relative_to(raw):
+            _readable(Path(top), files)
+            continue
+        for name in dirs + files:
+            path = os.path.join(top, name)
+            st = os.lstat(path)
+            if (top == str(folder) and name == ".lock") or (not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1):
+                continue
+            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+
+
+def _readable(top: Path, files: list) -> None:
+    """A folder of the worktree's raw data (its own copy) opened to uid 65534; a file there it could not read (a
+    hard link to the auditor's own, 0600) replaced by a readable copy, the auditor's file left as it is."""
+    top.chmod(stat.S_IMODE(top.lstat().st_mode) | 0o555)
+    for name in files:
+        path = top / name
+        st = path.lstat()
+        if stat.S_ISREG(st.st_mode) and not st.st_mode & stat.S_IROTH:
+            copy = top / f".{name}.tfpipe-copy"
+            shutil.copyfile(path, copy)
+            copy.chmod(0o444)
+            os.replace(copy, path)
 
 
 def _core_settings(git_config: Path) -> str:

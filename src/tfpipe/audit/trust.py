@@ -9,6 +9,7 @@ import re
 import subprocess
 from pathlib import Path, PurePosixPath
 
+from tfpipe.audit import review
 from tfpipe.audit.common import UserError, _git
 
 ENV_ALLOW = {
@@ -28,7 +29,7 @@ ENV_SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|_KEY|AUTH", re
 # Files whose edit changes what the rerun executes or where it writes: never taken from a recorded diff.
 PROTECTED = ("dvc.yaml", ".dvc/", ".git", ".gitmodules", "MLproject", "pipeline/", "scripts/")
 # Paths whose edit the rerun executes as code (Python anywhere, its start-up hooks, packaging): a recorded
-# diff touching one runs only with --allow-diff-code, on top of --apply-diff.
+# diff touching one runs only with --allow-diff-code, on top of --apply-diff DIGEST.
 RUNS_AS_CODE = re.compile(
     r"\.(py|pyc|pyx|pth|so|sh)$|(^|/)(setup\.cfg|pyproject\.toml|MANIFEST\.in|requirements[^/]*)$"
 )
@@ -68,11 +69,11 @@ def _applied_paths(diff: str, root: Path) -> list:
     top = _git(root, "rev-parse", "--show-toplevel").stdout.strip() or root
     cmd = ["git", "apply", "--numstat", "-z", "-"]
     env = {**environ_snapshot(), "LC_ALL": "C"}
-    proc = subprocess.run(cmd, cwd=top, input=diff, env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(cmd, cwd=top, input=review.raw(diff), env=env, capture_output=True, timeout=60)
     if proc.returncode != 0:
-        first = (proc.stderr.strip().splitlines() or ["no message"])[0]
+        first = (proc.stderr.decode("utf-8", "replace").strip().splitlines() or ["no message"])[0]
         raise UserError(f"rerun: the recorded diff is not a patch git can read ({first[:300]}); refused")
-    paths, fields = [], iter(proc.stdout.split("\0"))
+    paths, fields = [], iter(proc.stdout.decode("utf-8", "surrogateescape").split("\0"))
     for field in fields:  # "ADDED\tDELETED\tPATH", or "ADDED\tDELETED\t" then the two names of a rename
         if field:
             path = field.split("\t", 2)[-1]
@@ -81,9 +82,9 @@ def _applied_paths(diff: str, root: Path) -> list:
 
 
 def check_diff(diff: str, root: Path) -> list:
-    """One-line refusal of a recorded diff with symlinks, mode changes, renames, copies, binaries or paths that
-    leave the tree or edit the pipeline definition (as written, and as `git apply` in `root` reads them); the
-    paths `git apply` reads from it."""
+    """One-line refusal of a recorded diff with symlinks, mode changes, renames, copies, binaries or paths
+    that leave the tree or edit the pipeline definition (as written, and as `git apply` in `root` reads them);
+    the paths `git apply` reads from it."""
     path = "?"
     for line in diff.splitlines():
         m = re.match(r"diff --git a/(.*) b/(.*)$", line)
@@ -114,21 +115,22 @@ def check_diff(diff: str, root: Path) -> list:
     return applied
 
 
-def gate(run_id: str, run: dict, root: Path, apply_diff: bool, trusted_ref, allow_code: bool = False) -> None:
+def gate(
+    run_id: str, run: dict, root: Path, apply_diff, trusted_ref, allow_code: bool = False, log=None
+) -> None:
     """Refuse, before any worktree exists, a rerun the record does not justify: among them a commit that is
-    not on `trusted_ref` (None: the clone's default branch), since the rerun executes its code, and a diff
-    that edits code without `allow_code`."""
+    not on `trusted_ref` (None: the clone's default branch), since the rerun executes its code, a diff whose
+    digest `apply_diff` is not (`review.check`: without one, the diff is shown to `log` with its digest), and
+    a diff that edits code without `allow_code`."""
     diff, commit = run.get("git_diff"), run["tags"]["git.commit"]
     if diff and str(run["tags"].get("git.dirty", "")).lower() == "false":
         raise UserError(f"run {run_id}: tagged git.dirty=false but carries a recorded diff; refused")
-    if diff and not apply_diff:
-        raise UserError(
-            f"run {run_id}: made from a dirty tree; review its diff, then rerun with --apply-diff"
-        )
     if diff:
-        code = [path for path in check_diff(diff, root) if RUNS_AS_CODE.search(path)]
+        applied = check_diff(diff, root)  # what no review lets through is refused before anything is shown
+        source = run.get("diff_source", "the run's provenance/git_diff.patch")
+        review.check(run_id, diff, apply_diff, source, log)
+        code = [path for path in applied if RUNS_AS_CODE.search(path)]
         if code and not allow_code:
-            source = run.get("diff_source", "the run's provenance/git_diff.patch")
             raise UserError(
                 f"run {run_id}: its recorded diff edits code the rerun would execute ({', '.join(code[:5])}); "
                 f"read it ({source}), then add --allow-diff-code to run it"
@@ -144,7 +146,8 @@ def gate(run_id: str, run: dict, root: Path, apply_diff: bool, trusted_ref, allo
 
 
 def default_ref(root: Path) -> str:
-    """The clone's default branch: origin's HEAD (what `git clone` set), else the checked-out branch or commit."""
+    """The clone's default branch: origin's HEAD (what `git clone` set), else the checked-out branch or
+    commit."""
     origin = _git(root, "symbolic-ref", "-q", "--short", "refs/remotes/origin/HEAD").stdout.strip()
     return origin or _git(root, "symbolic-ref", "-q", "--short", "HEAD").stdout.strip() or "HEAD"
 
@@ -170,10 +173,10 @@ def print_plan(wt: Path, commit: str, patch, log) -> None:
 
     log(f"rerun: executes commit {commit}")
     if patch is not None:
-        stat = _apply(wt, "--stat", str(patch)).stdout.rstrip()
+        stat = review.visible(_apply(wt, "--stat", str(patch)).stdout.rstrip())[0]
         log("rerun: with the recorded diff:\n" + stat)
-        text = patch.read_text(encoding="utf-8")
-        log("rerun: the recorded diff in full:\n" + text.rstrip())
+        text = patch.read_bytes().decode("utf-8", "surrogateescape")
+        log("rerun: the recorded diff in full:\n" + review.visible(text)[0].rstrip())
         left_out = [p for p in _applied_paths(text, wt) if p in LEFT_OUT]
         if left_out:
             log(
@@ -208,9 +211,9 @@ PATH_NAMES = (
 
 
 def reroot(cfg, root: Path, wt: Path, key: str = ""):
-    """Every absolute path in the recorded config re-rooted into the worktree, every relative one checked to stay
-    in it; one that cannot be is refused (the read-only input data.path outside every project is kept: it is only
-    read)."""
+    """Every absolute path in the recorded config re-rooted into the worktree, every relative one checked to
+    stay in it; one that cannot be is refused (the read-only input data.path outside every project is kept: it
+    is only read)."""
     if isinstance(cfg, dict):
         return {k: reroot(v, root, wt, f"{key}.{k}" if key else k) for k, v in cfg.items()}
     if isinstance(cfg, list):
@@ -240,7 +243,8 @@ def write_inside(wt: Path, rel: str, text: str) -> None:
 
 
 def _named_code(cfg: dict) -> list:
-    """(key, target) of every import path a config names: train.hooks[i]._target_, model.builder, model.fit."""
+    """(key, target) of every import path a config names: train.hooks[i]._target_, model.builder,
+    model.fit."""
     hooks = (cfg.get("train") or {}).get("hooks") or []
     named = [
         (f"train.hooks[{i}]._target_", e.get("_target_") if isinstance(e, dict) else e)
@@ -251,9 +255,9 @@ def _named_code(cfg: dict) -> list:
 
 
 def check_named_code(cfg: dict, wt: Path) -> None:
-    """The import paths a recorded config names (`train.hooks`, `model.builder`, `model.fit`) may name only code
-    of the run's commit (a module file in the worktree, at its top or under src/): a re-run runs that commit's
-    code, never a callable a run record names elsewhere."""
+    """The import paths a recorded config names (`train.hooks`, `model.builder`, `model.fit`) may name only
+    code of the run's commit (a module file in the worktree, at its top or under src/): a re-run runs that
+    commit's code, never a callable a run record names elsewhere."""
     for key, target in _named_code(cfg):
         module = str(target or "").replace(":", ".").rpartition(".")[0].replace(".", "/")
         found = [wt / base / f"{module}{end}" for base in ("", "src") for end in (".py", "/__init__.py")]

@@ -6,8 +6,10 @@ audit: Audit a recorded MLflow run: `python -m pipeline.audit RUN_ID [--rerun] [
 Check (default): recorded code, data, config and environment against the project in the current
 directory; a table of match/differs; with --against RUN, also the 'data report' rows compare prints for the
 two runs (how the data this run trained on differs from RUN's; informational, not in the exit code). --rerun: re-create the run at its commit in a temporary git
-worktree and compare weight hashes and metrics (REPRODUCED / WITHIN TOLERANCE / DIFFERS), recorded
-on the run as tags audit.verdict, audit.time and an audit/ report artifact.
+worktree and compare weight hashes and metrics (REPRODUCED / WITHIN TOLERANCE / DIFFERS; what each side is
+read from: `tfpipe.audit.verdict`), recorded on the run as tags audit.verdict, audit.time, audit.by and an
+audit/ report artifact. A dirty run's recorded diff is shown with its digest, and applied only by a second
+command, --apply-diff DIGEST (`tfpipe.audit.review`).
 Exit codes: 0 all match / reproduced (or within tolerance), 1 differs, 2 bad input.
 
 compare: Compare two recorded runs: `python -m pipeline.compare RUN_A RUN_B [--tracking-uri URI]`.
@@ -63,12 +65,19 @@ def _audit_parser(prog: str) -> argparse.ArgumentParser:
         help="also list how the run's data report differs from this run's (compare's 'data report' rows)",
     )
     parser.add_argument(
-        "--apply-diff", action="store_true", help="apply a dirty run's recorded git diff (review it first)"
+        "--apply-diff",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIGEST",
+        help="apply a dirty run's recorded git diff whose sha256 starts with DIGEST (at least 12 hex "
+        "characters): --rerun without it shows the diff, control characters made visible, and its digest",
     )
     parser.add_argument(
         "--allow-diff-code",
         action="store_true",
-        help="with --apply-diff: also apply a diff that edits code the rerun executes (.py, packaging files)",
+        help="with --apply-diff DIGEST: also apply a diff that edits code the rerun executes (.py, packaging "
+        "files)",
     )
     parser.add_argument(
         "--trusted-ref",
@@ -86,8 +95,8 @@ def _audit_parser(prog: str) -> argparse.ArgumentParser:
         "--sandbox",
         choices=sandbox.MODES,
         default="auto",
-        help="--rerun's stages under bubblewrap: no home, no network, writes only in the re-run's folder "
-        "(auto: when bwrap works here, else one line says not; on: refuse without it)",
+        help="--rerun's stages under bubblewrap, never as root: no home, no network, no other process, writes "
+        "only in the re-run's folder (auto, on: the same, refused where bwrap does not work; off: unsandboxed)",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
     return parser
@@ -125,6 +134,13 @@ def _whole_ids(args, root: Path) -> None:
 
 def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
     args = _audit_parser(prog).parse_args(argv)
+    if args.apply_diff == "":  # the flag alone: the form before a review's digest was asked for
+        print(
+            "audit: error: --apply-diff takes the digest of the diff you reviewed: run `--rerun` without it "
+            "to see the diff and its digest, then --rerun --apply-diff DIGEST",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     if args.rerun and args.against:
         print(
             "audit: error: --against works with the check, not with --rerun; drop one of them",

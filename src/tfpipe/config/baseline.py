@@ -58,10 +58,19 @@ def differences(cfg, root, environ=None) -> list:
     hidden = tuple(p for g in switched for p in FOLLOWS.get(g, (f"{g}.",)))
     out = [f"{g}={now.get(GROUP_KEYS[g])}" for g in switched]
     for key, value in now.items():
-        if key.startswith((*SKIPPED, *hidden)) or before.get(key, object()) == value:
+        if key.startswith((*SKIPPED, *hidden)) or _same(before.get(key, object()), value, Path(root)):
             continue
         out.append(f"{key}={_text(value)}")
     return out
+
+
+def _same(before, now, root: Path) -> bool:
+    """Equal, or one path: a stage runs its config rooted in the project (`data/raw/x` as `<root>/data/raw/x`)."""
+    if before == now:
+        return True
+    if isinstance(before, str) and isinstance(now, str) and before and os.path.isabs(now):
+        return not os.path.isabs(before) and os.path.normpath(root / before) == os.path.normpath(now)
+    return False
 
 
 def _text(value) -> str:

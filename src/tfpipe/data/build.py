@@ -44,12 +44,13 @@ def prepare(cfg, *, progress: bool = True) -> dict:
     source = _open_source(cfg)  # cheap layout checks / builder setup happen here, before any writing
     _remove_stale_temps(output_dir)
     in_place = output_dir.is_symlink() or os.path.ismount(output_dir)  # neither can be renamed away
+    made = _missing_top(os.path.realpath(output_dir)) if in_place else None  # a link's target made for tmp
     tmp = _temp_folder(output_dir, in_place)
     try:
         manifest = _write_all(cfg, source, tmp, progress, reference)
         (_replace_contents if in_place else _swap_into_place)(tmp, output_dir)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(made or tmp, ignore_errors=True)  # a refused prepare leaves no folder it made
         raise
     if cfg.data.validation.report:
         drift.pin_first(cfg, reference, output_dir)  # reference=auto, first prepare: it is the reference
@@ -190,6 +191,14 @@ def _finish_manifest(
     if bad.count:
         log.warning("skipped %d bad files (data.on_bad_file=skip), e.g. %s", bad.count, bad.examples[:3])
     return manifest
+
+
+def _missing_top(path: str) -> str | None:
+    """The outermost folder of `path` that does not exist yet (None when it exists): what makedirs would make."""
+    top = None
+    while not os.path.lexists(path):
+        top, path = path, os.path.dirname(path)
+    return top
 
 
 def _temp_folder(output_dir: Path, inside: bool) -> Path:

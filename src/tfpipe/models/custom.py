@@ -9,6 +9,7 @@ strategy scope are the caller's, as for the built-in models. `model.fit`, when s
 
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
 import keras
@@ -17,6 +18,9 @@ from tfpipe.errors import ConfigError, one_line
 from tfpipe.models.registry import Fitter, ModelInputs
 
 __all__ = ["ModelInputs", "build", "fitter"]  # ModelInputs: the registry's, named here for teams' builders
+
+log = logging.getLogger(__name__)
+NAME_UIDS = "object_name_uids"  # Keras' counters of automatic layer names (keras.src.utils.naming)
 
 
 def _function(target: str, key: str = "model.builder"):
@@ -32,7 +36,7 @@ def _function(target: str, key: str = "model.builder"):
 
 def check_arguments(model_cfg) -> None:
     """model.builder (and model.fit) importable, and model.params arguments the builder takes: what can refuse a
-    team's model without building it (a build before the seed is set would shift layer names and first weights)."""
+    team's model without building it (`check_build` then builds it, symbolically)."""
     import inspect
 
     target = model_cfg.builder
@@ -47,6 +51,28 @@ def check_arguments(model_cfg) -> None:
     except TypeError as exc:  # said as the call says it: "build() got an unexpected keyword argument ..."
         said = f"{getattr(function, '__name__', 'the builder')}() {one_line(exc, 200)}"
         raise ConfigError(f"model.builder={target}: {said} (model.params are its arguments)") from None
+
+
+def check_build(cfg, inputs: ModelInputs) -> None:
+    """The team's model built once before the stage opens its run, for what only a build can refuse (an output of
+    another width than the classes, not a keras.Model). Symbolic: under keras.StatelessScope with no variable
+    initialised, so no weights are allocated and TensorFlow's runtime is not started (a strategy still configures
+    its devices afterwards); Keras' layer-name counters are put back, so the training's build names its layers
+    (its weights' paths, weights.sha256) as without this one. Anything else the builder raises here (a builder
+    that makes a variable from an array cannot build symbolically) is left to the training's build, as before."""
+    from keras.src.backend.common import global_state
+
+    names = global_state.get_global_attribute(NAME_UIDS)
+    kept = None if names is None else names.copy()
+    try:
+        with keras.StatelessScope(initialize_variables=False):
+            build(cfg, inputs)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - not a refusal: the real build decides
+        log.debug("model.builder=%s: no symbolic build (%s)", cfg.model.builder, one_line(exc, 200))
+    finally:
+        global_state.set_global_attribute(NAME_UIDS, kept)
 
 
 def build(cfg, inputs: ModelInputs) -> keras.Model:

@@ -10,6 +10,7 @@
 Modules: `backend` (tracking URI, reachability, experiment), `opening` (start/resume a run, sweep parents),
 `run` (the Run handle), `sink` (the buffered metrics, sent by a background thread),
 `tags` (standard tags), `redact` (credentials -> '***'), `datasets` (manifest -> mlflow.data),
+`outcome` (the final figures and the SavedModel's digest also as params, which nobody can change afterwards),
 `models` + `serving_model.py` (the pyfunc model, models-from-code), `registry` (the model registry: registration,
 test metrics linked to the logged model, promotion, a run's versions and aliases).
 """
@@ -24,6 +25,7 @@ from tfpipe.errors import TrackingError  # noqa: E402
 from tfpipe.tracking.backend import check_reachable, resolve_tracking_uri, store_root
 from tfpipe.tracking.naming import where
 from tfpipe.tracking.opening import ParentRun, context_tags, read_run_file, resume_run, start_run
+from tfpipe.tracking.outcome import log_final_metrics, log_saved_model_files
 from tfpipe.tracking.redact import is_secret_key, redact
 from tfpipe.tracking.run import NullRun, Run
 from tfpipe.tracking.tags import dvc_lock_tags, run_name, run_tags
@@ -34,6 +36,8 @@ __all__ = [
     "resolve_tracking_uri",
     "store_root",
     "where",
+    "log_final_metrics",
+    "log_saved_model_files",
     "is_secret_key",
     "redact",
     "NullRun",

@@ -260,8 +260,8 @@ def ensure_experiment(client, name: str, artifact_location: str | None) -> str:
             kinds.declare_model_training(client, experiment.experiment_id, experiment.tags)
             return experiment.experiment_id
         try:
-            kind = {kinds.KIND_TAG: kinds.MODEL_TRAINING}
-            return client.create_experiment(name, artifact_location=artifact_location, tags=kind)
+            tags = kinds.experiment_tags()
+            return client.create_experiment(name, artifact_location=artifact_location, tags=tags)
         except MlflowException as exc:
             if attempt or "RESOURCE_ALREADY_EXISTS" not in str(exc.error_code):
                 raise

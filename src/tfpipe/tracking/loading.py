@@ -1,17 +1,19 @@
 """A logged tfpipe model loaded for batch prediction: from an MLflow model URI (`runs:/`, `models:/NAME@ALIAS`,
 `models:/NAME/VERSION`) or a local folder holding an MLflow model (its `MLmodel` file). What it takes is read from
-the model's logged signature (uint8 images [N, H, W, C], or strings), its class names from its metadata."""
+the model's logged signature (uint8 images [N, H, W, C], or strings), its class names from its sealed SavedModel."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
 from tfpipe.errors import TrackingError, UserError, one_line
 from tfpipe.tracking import model_uri
 
 KEY = "MODEL_URI"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -25,7 +27,8 @@ class LoadedModel:
 
 def fetch(spec: str, tracking_uri: str, dest: Path) -> tuple[Path, dict]:
     """The model's folder (downloaded into `dest` for a URI) and what the URI named, checked before any of its
-    code can run (verify_code; for a URI also the digest its run recorded); one-line UserError otherwise."""
+    code can run (verify_code; for a URI also the digest its run recorded), its SavedModel's program
+    (tfpipe.models.program) and its class names (class_names); one-line UserError otherwise."""
     if model_uri.is_model_uri(spec):
         local, source = model_uri.download(spec, tracking_uri, dest, KEY)
     elif (Path(spec) / "MLmodel").is_file():
@@ -39,6 +42,13 @@ def fetch(spec: str, tracking_uri: str, dest: Path) -> tuple[Path, dict]:
         why = model_uri.check_sealed(Path(local))
         if why:
             raise UserError(f"{KEY}={spec!r}: {why}; log the model again (the train stage)")
+    from tfpipe import tfstart
+
+    tfstart.import_quietly()  # before tfpipe.models imports Keras: TensorFlow's start-up lines stay off stderr
+    from tfpipe.models import program
+
+    program.check(model_uri.saved_model_folder(Path(local)), f"{KEY}={spec!r}")
+    class_names(Path(local), spec)
     return Path(local), source
 
 
@@ -52,10 +62,81 @@ def load(spec: str, tracking_uri: str, dest: Path) -> LoadedModel:
     except Exception as exc:  # MLflow and TensorFlow raise many kinds for a model they cannot load
         raise TrackingError(f"{KEY}={spec!r}: the model does not load ({one_line(exc, 200)})") from None
     modality, image_shape = _takes(model, spec)
-    class_names = list((model.metadata.metadata or {}).get("class_names") or [])
-    if not class_names:
+    return LoadedModel(model.predict, modality, image_shape, class_names(local, spec), source)
+
+
+def class_names(local: Path, spec: str) -> list:
+    """The class names answers carry: those sealed inside the SavedModel (assets/class_names.txt, under its seal
+    and its run's digest; serving_model.py answers with them). Its class_names.json and MLmodel metadata lie outside
+    the seal: each must name the same, in the same order, or the model is refused as relabelled. A SavedModel that
+    seals none (not a tfpipe export) has only those two, which must agree; a warning says so."""
+    from tfpipe.models.export import CLASS_NAMES_ASSET, load_class_names
+
+    saved = model_uri.saved_model_folder(local)
+    named = _logged_class_names(local, spec)
+    sealed = saved is not None and (saved / "assets" / CLASS_NAMES_ASSET).is_file()
+    if sealed:
+        named = {f"its sealed assets/{CLASS_NAMES_ASSET}": load_class_names(saved), **named}
+    (whose, truth), *others = list(named.items()) or [("", [])]
+    for what, names in others:
+        if names != truth:
+            raise UserError(
+                f"{KEY}={spec!r}: relabelled: {what} names {one_line(repr(names), 80)}, {whose} "
+                f"{one_line(repr(truth), 80)}; refused: its answers would carry names it was not trained with"
+            )
+    if not truth:
         raise UserError(f"{KEY}={spec!r}: the model records no class_names: not a tfpipe model")
-    return LoadedModel(model.predict, modality, image_shape, class_names, source)
+    if not sealed:
+        log.warning(
+            "%s=%r: its class names are not sealed inside its SavedModel (as the store holds them)", KEY, spec
+        )
+    return list(truth)
+
+
+def _logged_class_names(local: Path, spec: str) -> dict:
+    """The class names logged beside the SavedModel: its class_names.json (inside the folder: verify_code) and its
+    MLmodel metadata, each where present."""
+    import json
+
+    mlmodel = _mlmodel(local)
+    named = {}
+    artifact = (_flavor(mlmodel).get("artifacts") or {}).get("class_names")
+    if artifact is not None:
+        try:
+            named["its class_names.json"] = json.loads((local / artifact["path"]).read_text(encoding="utf-8"))
+        except (OSError, ValueError, TypeError, KeyError):
+            raise UserError(f"{KEY}={spec!r}: its class_names.json does not read as JSON; refused") from None
+    metadata = mlmodel.get("metadata")
+    if isinstance(metadata, dict) and "class_names" in metadata:
+        named["its MLmodel metadata"] = metadata["class_names"]
+    return named
+
+
+def _mlmodel(local: Path) -> dict:
+    import yaml
+
+    try:
+        mlmodel = yaml.safe_load((local / "MLmodel").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    return mlmodel if isinstance(mlmodel, dict) else {}
+
+
+def _flavor(mlmodel: dict) -> dict:
+    flavors = mlmodel.get("flavors")
+    flavor = flavors.get("python_function") if isinstance(flavors, dict) else None
+    return flavor if isinstance(flavor, dict) else {}
+
+
+def _inside(local: Path, path) -> bool:
+    """`path` (an MLmodel artifact's) names a place inside the folder `local`: relative, no `..`, no symlink out."""
+    return (
+        isinstance(path, str)
+        and bool(path)
+        and not PurePosixPath(path).is_absolute()
+        and ".." not in PurePosixPath(path).parts
+        and (local / path).resolve().is_relative_to(local.resolve())
+    )
 
 
 # sha256 of every serving_model.py this project has shipped (git log -- src/tfpipe/tracking/serving_model.py); a
@@ -67,6 +148,7 @@ SHIPPED_SERVING_CODE = frozenset(
         "9961fc450b2f7864",
         "b05fb3bc22c9e94a",
         "9e13988c5d459ca7",
+        "50b0ccabc450eeda",
     }
 )
 
@@ -77,15 +159,12 @@ def verify_code(local: Path, spec: str) -> None:
     installed tfpipe, before MLflow imports anything from the model folder (whose seal check could be edited)."""
     import hashlib
 
-    import yaml
-
     def refuse(why: str) -> UserError:
         return UserError(f"{KEY}={spec!r}: {why}; refused: loading it would run that code as you")
 
-    try:
-        flavor = yaml.safe_load((local / "MLmodel").read_text(encoding="utf-8"))["flavors"]["python_function"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        raise refuse("its MLmodel file has no python_function flavor") from None
+    flavor = _flavor(_mlmodel(local))
+    if not flavor:
+        raise refuse("its MLmodel file has no python_function flavor")
     code = local / Path(str(flavor.get("model_code_path") or "")).name
     loader = flavor.get("loader_module")
     if loader != "mlflow.pyfunc.loaders.code_model" or flavor.get("code") or "python_model" in flavor:
@@ -96,6 +175,14 @@ def verify_code(local: Path, spec: str) -> None:
         raise refuse("its serving_model.py is not one tfpipe shipped (changed in the store?)")
     if model_uri.saved_model_folder(local) is None:
         raise refuse("its MLmodel names no SavedModel inside the model folder")
+    artifacts = flavor.get("artifacts") or {}
+    for name, artifact in artifacts.items() if isinstance(artifacts, dict) else [("artifacts", artifacts)]:
+        path = artifact.get("path") if isinstance(artifact, dict) else artifact
+        if not _inside(local, path):
+            raise UserError(
+                f"{KEY}={spec!r}: its MLmodel's artifact {name!r} is {path!r}, outside the model folder; refused: "
+                "serving it would hand that file to its clients"
+            )
 
 
 def _takes(model, spec: str) -> tuple[str, Optional[tuple]]:

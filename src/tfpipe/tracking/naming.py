@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from tfpipe.errors import one_line
-from tfpipe.tracking import backend
+from tfpipe.tracking import backend, kinds
 from tfpipe.tracking.redact import is_secret_key, redact_text, redact_url
 from tfpipe.tracking.runfile import portable_uri
 from tfpipe.tracking.tags import run_name as base_name
@@ -221,10 +221,11 @@ def repair_project_source(client, run_id: str, project_root) -> None:
 
 def where(run, project_root) -> str:
     """Where to look at `run` in the MLflow UI, for a stage's last line: the run's page on a tracking server,
-    or the `mlflow ui` command for a local store (run from the project) and the page it will serve."""
+    or the `mlflow ui` command for a local store (run from the project) and the page it will serve; either
+    opens with the UI's Model-training sidebar (`kinds.run_page`), not its GenAI default."""
     if not getattr(run, "run_id", None):
         return "not tracked"
-    page = f"#/experiments/{run.experiment_id}/runs/{run.run_id}"
+    page = kinds.run_page(run.experiment_id, run.run_id)
     uri = str(run.tracking_uri)
     if uri.startswith(("http://", "https://")):
         return f"{redact_url(uri).rstrip('/')}/{page}"

@@ -21,7 +21,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from tfpipe.errors import TrackingError, one_line
-from tfpipe.tracking import backend, kinds, naming, sqlite
+from tfpipe.tracking import backend, groups, kinds, naming, sqlite
 from tfpipe.tracking.naming import PARENT_RUN_ENV, TUNE_TRIAL_ENV, context_tags  # noqa: F401 - re-exported
 from tfpipe.tracking.redact import redact, redact_url
 from tfpipe.tracking.run import NullRun, Run, reset_tracking_uri
@@ -140,10 +140,10 @@ def _mark_resume(run: Run, client, uri: str, resume_run_id: str, reopen: bool) -
         ) from None
 
 
-def _record(run: Run, root: Path, run_file: Path, uri: str, name: str) -> None:
-    """Context tags (sweep parent, DVC experiment), source tags, the run's name and the run file (the store
-    relative to the project when inside it); the run ends FAILED if either fails."""
-    tags = {**context_tags(), **naming.source_tags(root)}
+def _record(run: Run, root: Path, run_file: Path, uri: str, name: str, group: dict) -> None:
+    """Context tags (sweep parent, DVC experiment), source tags, the group tag (`groups`), the run's name and the
+    run file (the store relative to the project when inside it); the run ends FAILED if either fails."""
+    tags = {**context_tags(), **naming.source_tags(root), **group}
     if name != run.run_name:
         tags["mlflow.runName"] = name  # MLflow renames the run
     try:
@@ -221,7 +221,7 @@ def start_run(
     name = (
         run.run_name if reopen else naming.run_name(cfg, run.run_id, base, root)
     )  # a re-opened run keeps its name
-    _record(run, root, root / cfg.tracking.run_file, uri, name)
+    _record(run, root, root / cfg.tracking.run_file, uri, name, groups.group_tag(cfg, root))
     log.info(
         "MLflow run %s (%s) in experiment %s at %s", run.run_id, name, run.experiment_id, redact_url(uri)
     )

@@ -5,7 +5,9 @@
      "config": dict|None (config/resolved.yaml), "provenance": dict|None (provenance/provenance.json),
      "dvc_lock": str|None (provenance/dvc.lock)}
 `load_data_report(uri, run_id)`: the run's data/report.json as a dict, or None (only `compare` and
-`audit --against` need it).
+`audit --against` need it). `git_diff` is the artifact's bytes exactly (undecodable bytes as surrogate
+escapes, a carriage return kept): what `audit --rerun` shows, digests and applies. `sealed_weights(uri,
+run_id)`: the weights digest of the SavedModel whose files match the run's immutable digest param (`outcome`).
 An unknown run id or an unreachable store raises TrackingError (one line).
 """
 
@@ -36,14 +38,18 @@ def _client(uri: str) -> MlflowClient:
     return MlflowClient(tracking_uri=uri)
 
 
-def _artifact_text(client: MlflowClient, run_id: str, path: str) -> Optional[str]:
+def _artifact_text(client: MlflowClient, run_id: str, path: str, exact: bool = False) -> Optional[str]:
+    """The artifact's text, or None; `exact`: every byte kept (no newline translation, undecodable bytes as
+    surrogate escapes: `text.encode("utf-8", "surrogateescape")` gives the bytes back)."""
     with tempfile.TemporaryDirectory(prefix="tfpipe-audit-") as tmp:
         try:
             local = client.download_artifacts(run_id, path, tmp)
         except (MlflowException, OSError):
             return None
         p = Path(local)
-        return p.read_text(encoding="utf-8") if p.is_file() else None
+        if not p.is_file():
+            return None
+        return p.read_bytes().decode("utf-8", "surrogateescape") if exact else p.read_text(encoding="utf-8")
 
 
 def get_run(client: MlflowClient, uri: str, run_id: str):
@@ -85,14 +91,15 @@ def load_run(uri: str, run_id: str) -> dict:
         "config": yaml.safe_load(config_text) if config_text else None,
         "provenance": json.loads(prov_text) if prov_text else None,
         "dvc_lock": _artifact_text(client, run_id, DVC_LOCK_ARTIFACT),
-        "git_diff": _artifact_text(client, run_id, "provenance/git_diff.patch"),
+        "git_diff": _artifact_text(client, run_id, "provenance/git_diff.patch", exact=True),
         "pip_freeze": _artifact_text(client, run_id, "provenance/pip_freeze.txt"),
     }
 
 
 def record_audit(uri: str, run_id: str, tags: dict, report: dict, report_name: str) -> str | None:
     """Tag the run and log `audit/<report_name>` (JSON) without touching its metrics or status. An auditor who
-    may only read the run's experiment (a team server's default READ) gets the line that says so, not an error."""
+    may only read the run's experiment (a team server's default READ) gets the line that says so, not an
+    error."""
     client = _client(uri)
     try:
         for key, value in tags.items():
@@ -106,3 +113,62 @@ def record_audit(uri: str, run_id: str, tags: dict, report: dict, report_name: s
             )
         raise TrackingError(f"could not record the audit on run {run_id}: {_one_line(exc)}") from None
     return None
+
+
+SAVED_MODEL_ARTIFACTS = "saved_model"  # a run that logs no MLflow model (tracking.log_model=false): stages.py
+WEIGHTS_NPZ = "keras_weights.npz"  # tfpipe.models.warmstart.WEIGHTS_FILE (no Keras import here)
+
+
+def sealed_weights(uri: str, run_id: str) -> dict:
+    """The weights digest of the SavedModel run `run_id` recorded, from where nobody can change it afterwards:
+    its `saved_model/` artifacts or its logged model `model`, whichever is whole against its seal with the
+    seal's digest the run's immutable param DIGEST_PARAM; the digest is computed from that SavedModel's
+    keras_weights.npz (`determinism.saved_weights_sha256`, covered by the seal), never read from a tag or the
+    seal's facts. {"weights_sha256": digest or None, "seal_fact": the seal's own weights_sha256 fact,
+    "source": which copy, "why": None, or why there is no digest}."""
+    from tfpipe import determinism, files
+    from tfpipe.tracking.model_uri import DIGEST_PARAM
+
+    client = _client(uri)
+    recorded = get_run(client, uri, run_id).data.params.get(DIGEST_PARAM)
+    found = {"weights_sha256": None, "seal_fact": None, "source": None}
+    if not recorded:
+        return {**found, "why": f"the run records no {DIGEST_PARAM} (no sealed model, or an older tfpipe)"}
+    whys = []
+    with tempfile.TemporaryDirectory(prefix="tfpipe-audit-") as tmp:
+        for source in (f"{SAVED_MODEL_ARTIFACTS}/", f"runs:/{run_id}/model"):
+            try:
+                saved = _saved_model_copy(client, uri, run_id, source, Path(tmp) / str(len(whys)))
+            except (MlflowException, OSError) as exc:
+                whys.append(f"{source}: {_one_line(exc, 160)}")
+                continue
+            if saved is False:  # no such copy
+                continue
+            why = files.check_seal(saved) if saved else "its MLmodel names no SavedModel inside it"
+            if why is None and files.seal_digest(saved) != recorded:
+                why = f"not the SavedModel the run recorded ({DIGEST_PARAM} {recorded[:12]}...)"
+            if why is None and not (saved / WEIGHTS_NPZ).is_file():
+                why = f"no {WEIGHTS_NPZ} in it (exported by an older tfpipe)"
+            if why:
+                whys.append(f"{source}: {why}")
+                continue
+            weights = determinism.saved_weights_sha256(saved / WEIGHTS_NPZ)
+            fact = files.seal_facts(saved).get("weights_sha256")
+            return {"weights_sha256": weights, "seal_fact": fact, "source": source, "why": None}
+    return {**found, "why": "; ".join(whys) or "the run logged no SavedModel"}
+
+
+def _saved_model_copy(client: MlflowClient, uri: str, run_id: str, source: str, dest: Path):
+    """The local SavedModel folder of `source` (None: a logged model naming none inside it; False: the run has
+    no `saved_model/` artifacts)."""
+    from tfpipe.tracking.model_uri import saved_model_folder
+
+    if not source.startswith("runs:/"):
+        if not client.list_artifacts(run_id, SAVED_MODEL_ARTIFACTS):
+            return False
+        return Path(client.download_artifacts(run_id, SAVED_MODEL_ARTIFACTS, str(dest)))
+    from mlflow.artifacts import download_artifacts
+
+    with backend.as_default_store(uri):
+        local = download_artifacts(artifact_uri=source, dst_path=str(dest), tracking_uri=uri)
+    return saved_model_folder(Path(local))

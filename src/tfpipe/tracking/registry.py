@@ -44,11 +44,14 @@ def logged_model_id(run) -> Optional[str]:
 
 def log_test_metrics(run, metrics: dict, *, manifest: dict, digest: str, prepared) -> Optional[str]:
     """The test metrics on the run; with a logged model, linked to it (model id + the test dataset) so the
-    model's page shows them. Returns the model id (None: no logged model, the metrics go on the run alone)."""
+    model's page shows them, and as params nobody can change (`outcome`: what `audit --rerun` compares). Returns the
+    model id (None: no logged model, the metrics go on the run alone)."""
     from tfpipe.tracking.datasets import manifest_dataset
+    from tfpipe.tracking.outcome import record_metric_params
 
     if not run.active:  # a NullRun (not the chief) logs nothing
         return None
+    record_metric_params(run, metrics)
     model_id = logged_model_id(run)
     if model_id is None:
         run.log_metrics(metrics, step=0)

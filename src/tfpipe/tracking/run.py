@@ -16,6 +16,7 @@ from mlflow.entities import Param, RunTag
 
 from tfpipe.errors import TrackingError, one_line
 from tfpipe.tracking.calls import ride, store_call
+from tfpipe.tracking.groups import param_strings
 from tfpipe.tracking.naming import recorded_values
 from tfpipe.tracking.redact import redact, redact_strings, redact_text, redact_tree
 from tfpipe.tracking.sink import BATCH_METRICS, MAX_KEY, MetricsBuffer
@@ -23,7 +24,6 @@ from tfpipe.tracking.sink import BATCH_METRICS, MAX_KEY, MetricsBuffer
 log = logging.getLogger(__name__)
 
 BATCH_PARAMS_TAGS = 100  # MLflow's per-request limit for params and for tags
-MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 CONFIG_ARTIFACT = "config/resolved.yaml"
 
@@ -141,10 +141,7 @@ class Run:
     def log_params(self, flat: dict) -> None:
         """All resolved params as flat dotted keys (secret-looking keys as '***'). Params are immutable in
         MLflow: re-logging an identical value is skipped; a different value for an existing key raises."""
-        params = {
-            str(k)[:MAX_KEY]: ("None" if v is None else str(v))[:MAX_PARAM_VALUE]
-            for k, v in redact(recorded_values(flat, self.project_root)).items()
-        }
+        params = param_strings(flat, self.project_root)
         existing = self.client.get_run(self.run_id).data.params
         changed = sorted(k for k, v in params.items() if k in existing and existing[k] != v)
         if changed:

@@ -13,8 +13,9 @@ tensorflow, never `tfpipe`.
   - texts: a list of str, a numpy array of str, a pandas Series, or a DataFrame with a `text`
     column (or a single column);
 and returns a table (pandas DataFrame; over HTTP one JSON record per example): column `class`, the most
-probable class's name, then one float32 probability column per class, named by `class_names.json` and in its
-order (also in the model's metadata). A class itself named `class` moves that column to `predicted_class`.
+probable class's name, then one float32 probability column per class, named by the class names sealed inside the
+SavedModel (`assets/class_names.txt`, one per line) and in their order; `class_names.json` (outside the seal) only
+for a SavedModel that holds none. A class itself named `class` moves that column to `predicted_class`.
 """
 
 import hashlib
@@ -30,6 +31,15 @@ from mlflow.pyfunc import PythonModel
 
 PREDICT_BATCH = 256  # bounds memory for large requests
 SEAL = "tfpipe_digest.json"  # tfpipe.files.SEAL: the export's digest of every file, written last
+CLASS_NAMES = "assets/class_names.txt"  # tfpipe.models.export's class names, inside the seal
+
+
+def sealed_class_names(folder):
+    """The class names sealed inside the SavedModel (check_seal first), or None when it holds none."""
+    path = Path(folder) / CLASS_NAMES
+    if not path.is_file():
+        return None
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line != ""]
 
 
 def check_seal(folder) -> None:
@@ -109,9 +119,9 @@ class SavedModelClassifier(PythonModel):
             self._shape = tuple(-1 if d is None else d for d in self._spec.shape.as_list())
         outputs = self._fn.structured_outputs
         self._output = "probabilities" if "probabilities" in outputs else next(iter(outputs))
-        self.class_names = None
+        self.class_names = sealed_class_names(context.artifacts["saved_model"])
         path = context.artifacts.get("class_names")
-        if path:
+        if self.class_names is None and path:  # outside the seal: trusted only when the SavedModel seals none
             with open(path, encoding="utf-8") as fh:
                 self.class_names = json.load(fh)
 

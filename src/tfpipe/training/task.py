@@ -13,6 +13,7 @@ import keras
 import tensorflow as tf
 
 from tfpipe import data, textnorm
+from tfpipe.choices import MULTI_PROCESS_STRATEGIES
 from tfpipe.data.inputs import shard_by_file
 from tfpipe.errors import DataError
 from tfpipe.models import (
@@ -26,6 +27,9 @@ from tfpipe.models import (
 log = logging.getLogger(__name__)
 
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
+# Strategies that set TensorFlow up as it starts (collective ops, a cluster): no team model is built before them.
+CLUSTER_STRATEGIES = (*MULTI_PROCESS_STRATEGIES, "tpu")
+LOGICAL_CPU_STRATEGIES = ("mirrored", "central_storage")  # their devices: distribute.configure_devices
 
 
 @dataclass
@@ -53,7 +57,8 @@ class InputSpec:
 
 def preflight(cfg, manifest: dict, prepared_dir: Path) -> None:
     """What can refuse a training, checked before the stage opens a run or clears a folder: the manifest against
-    the config, and a team's builder against model.params (read, not built)."""
+    the config, and a team's builder against model.params, then built once symbolically (`custom.check_build`;
+    not under the strategies that connect to a cluster as TensorFlow starts)."""
     spec = read_input_spec(cfg, manifest, prepared_dir)
     per_replica = int(cfg.train.batch_size_per_replica)
     if (
@@ -64,9 +69,16 @@ def preflight(cfg, manifest: dict, prepared_dir: Path) -> None:
             "examples); lower train.batch_size_per_replica"
         )
     if getattr(cfg.model, "builder", None):
-        from tfpipe.models import custom
+        from tfpipe.models import custom, model_inputs
 
         custom.check_arguments(cfg.model)
+        if cfg.strategy.name in CLUSTER_STRATEGIES:  # their first build, in the run, says it
+            return
+        if cfg.strategy.name in LOGICAL_CPU_STRATEGIES:  # split the CPU first: a builder may start TensorFlow
+            from tfpipe import distribute
+
+            distribute.configure_devices(cfg.strategy)
+        custom.check_build(cfg, model_inputs(cfg, spec.num_classes, spec.vocab_size, spec.normalization))
 
 
 def read_input_spec(cfg, manifest: dict, prepared_dir: Path) -> InputSpec:

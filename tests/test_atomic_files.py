@@ -1,0 +1,40 @@
+"""Files written whole (`tfpipe.files.atomic_open`), and a kill mid-write leaves nothing behind once the same
+write runs again: the crash sweep found `plots/.confusion_matrix.png.tmp-<pid>` after a killed evaluate."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tfpipe import files
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(tmp_path):
+    target = tmp_path / "plots" / "confusion_matrix.png"
+    code = (
+        "import os, sys, signal; from tfpipe import files\n"
+        "with files.atomic_open(sys.argv[1], 'wb') as fh:\n"
+        "    fh.write(b'half'); fh.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, timeout=120)
+    assert killed.returncode == -9
+    (left,) = target.parent.glob(".confusion_matrix.png.tmp-*")  # what a kill -9 leaves
+    files.write_text(target, "whole")
+    assert target.read_text() == "whole"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["confusion_matrix.png"], left
+
+
+def test_a_live_writers_temporary_file_is_kept(tmp_path):
+    target = tmp_path / "eval.json"
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        busy = tmp_path / f".eval.json.tmp-{writer.pid}"
+        busy.write_text("being written")
+        files.write_json(target, {"accuracy": 1.0})
+        assert busy.is_file() and target.is_file()
+    finally:
+        writer.kill()
+        writer.wait()
+    mine = tmp_path / f".eval.json.tmp-{os.getpid()}"
+    assert not mine.exists()
