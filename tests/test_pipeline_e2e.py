@@ -480,8 +480,10 @@ def test_dvc_exp_run_composes_conf_for_imdb(repro_project):
     assert params["dataset"]["name"] == "imdb" and params["model"]["name"] == "embedding_gap"
     run_id = json.loads((project / "run.json").read_text())["run_id"]
     run = _client(project).get_run(run_id)
-    exp_name = run.data.tags["dvc.exp_name"]  # `dvc exp run` names the experiment; the run says which
-    assert run.info.run_name == f"imdb-embedding_gap-one_device-float32-{exp_name}-{run_id[:6]}"
+    assert run.data.tags["dvc.exp_name"]  # `dvc exp run` names the experiment; the run says which
+    # what -S changed leads (the dataset and model show after it); imdb's own precision is float32
+    assert run.info.run_name.endswith(f" imdb-embedding_gap-{run_id[:6]}"), run.info.run_name
+    assert run.info.run_name.startswith("precision=float32"), run.info.run_name
     assert "test_accuracy" in run.data.metrics
     assert "test_roc_auc" in run.data.metrics
 

@@ -124,6 +124,8 @@ def _serve(folder: Path, listener: socket.socket, timeout: float, max_body: int)
             worker[-1].send_signal(signum)
 
     signal.signal(signal.SIGTERM, stop)
+    # Ctrl-C too, handled and not raised: a KeyboardInterrupt could land after the worker's wait returned 0
+    signal.signal(signal.SIGINT, stop)
     try:
         while True:
             worker.append(subprocess.Popen(cmd, pass_fds=(fd,)))

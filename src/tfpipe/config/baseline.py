@@ -24,6 +24,7 @@ GROUP_KEYS = {"dataset": "dataset.name", "model": "model.name", "strategy": "str
 GROUP_KEYS["precision"] = "precision.policy"
 FOLLOWS = {"dataset": ("dataset.", "data.")}  # a group's keys, and those that follow from it
 SKIPPED = ("tracking.",)  # where the run is recorded: no difference in what it trains
+FIRST = ("train.", "model.")  # listed first (a run's name shows as many as fit): the training's own settings
 
 
 def committed(root: Path, rev: str) -> Optional[dict]:
@@ -56,12 +57,15 @@ def differences(cfg, root, environ=None) -> list:
     now = cfg.flat()
     switched = [g for g, key in GROUP_KEYS.items() if now.get(key) != before.get(key)]
     hidden = tuple(p for g in switched for p in FOLLOWS.get(g, (f"{g}.",)))
-    out = [f"{g}={now.get(GROUP_KEYS[g])}" for g in switched]
-    for key, value in now.items():
-        if key.startswith((*SKIPPED, *hidden)) or _same(before.get(key, object()), value, Path(root)):
-            continue
-        out.append(f"{key}={_text(value)}")
-    return out
+    changed = [
+        f"{key}={_text(value)}"
+        for key, value in now.items()
+        if not key.startswith((*SKIPPED, *hidden)) and not _same(before.get(key, object()), value, Path(root))
+    ]
+    first = [c for c in changed if c.startswith(FIRST)]  # what people change most, where a name shows it
+    return (
+        [f"{g}={now.get(GROUP_KEYS[g])}" for g in switched] + first + [c for c in changed if c not in first]
+    )
 
 
 def _same(before, now, root: Path) -> bool:

@@ -230,9 +230,11 @@ def main(argv=None) -> int:
     import uvicorn
     from mlflow.pyfunc import scoring_server
 
+    from tfpipe import tfstart
     from tfpipe.errors import UserError
     from tfpipe.exits import EXIT_BAD_INPUT
 
+    tfstart.import_quietly()  # the model's TensorFlow, without its start-up lines (as the stages)
     model = scoring_server.load_model_with_mlflow_config(folder)
     try:
         modality, image_shape = model_input(model, folder)
