@@ -266,3 +266,17 @@ def ensure_experiment(client, name: str, artifact_location: str | None) -> str:
             if attempt or "RESOURCE_ALREADY_EXISTS" not in str(exc.error_code):
                 raise
     raise AssertionError("unreachable")
+
+
+def missing_store(uri: str) -> str | None:
+    """The path of a local store (SQLite file, file-store folder) that does not exist; None for one that does,
+    and for a server (whether it answers is `check_reachable`'s). Opening a missing one with MLflow would make
+    and migrate an empty store: readers refuse it instead."""
+    kind = scheme(uri)
+    if kind == "sqlite":
+        path = (uri.split(":///", 1)[1] if ":///" in uri else "").split("?", 1)[0]
+        return path if path and not path.startswith(":memory:") and not Path(path).is_file() else None
+    if kind in ("file", ""):
+        path = urllib.parse.urlparse(uri).path if kind == "file" else uri
+        return None if Path(path).is_dir() else path
+    return None

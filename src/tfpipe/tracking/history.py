@@ -17,7 +17,6 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, Tuple
-from urllib.parse import urlparse
 
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
@@ -48,15 +47,9 @@ def open_store(uri: str) -> MlflowClient:
     """A client of the store at `uri`, which must exist: a SQLite file or a file store's folder that is not there
     is refused here (MLflow would create an empty one), a server that does not answer by `check_reachable`."""
     backend.check_reachable(uri)
-    kind = backend.scheme(uri)
-    if kind == "sqlite":
-        path = Path((uri.split(":///", 1)[1] if ":///" in uri else "").split("?", 1)[0])
-    elif kind in ("file", ""):
-        path = Path(urlparse(uri).path if kind == "file" else uri)
-    else:
-        return MlflowClient(tracking_uri=uri)
-    if not path.exists():
-        raise TrackingError(f"no MLflow store at {redact_url(uri)}: {path} does not exist")
+    missing = backend.missing_store(uri)
+    if missing:
+        raise TrackingError(f"no MLflow store at {redact_url(uri)}: {missing} does not exist")
     return MlflowClient(tracking_uri=uri)
 
 

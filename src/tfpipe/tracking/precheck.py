@@ -7,7 +7,6 @@ would make and migrate an empty store)."""
 from __future__ import annotations
 
 import os
-import urllib.parse
 from pathlib import Path
 
 from mlflow import MlflowClient
@@ -32,7 +31,7 @@ def recorded_run(cfg, project_root):
         path = root / cfg.tracking.run_file
         run_id, where = read_run_file(path, root)["run_id"], f"from {path}"
     uri = backend.resolve_tracking_uri(cfg.tracking, root)
-    missing = _missing_store(uri)
+    missing = backend.missing_store(uri)
     if missing:
         raise TrackingError(
             f"run {run_id} ({where}): no MLflow store at {missing}; run the train stage first, or point "
@@ -50,19 +49,6 @@ def recorded_run(cfg, project_root):
             f"run {run_id} ({where}) is deleted in the MLflow store {redact_url(uri)}; run the train stage again"
         )
     return run
-
-
-def _missing_store(uri: str) -> str | None:
-    """The path of a local store (SQLite file, file-store folder) that does not exist; None for one that does,
-    and for a server (it answered the stage's preflight)."""
-    kind = backend.scheme(uri)
-    if kind == "sqlite":
-        path = (uri.split(":///", 1)[1] if ":///" in uri else "").split("?", 1)[0]
-        return path if path and not path.startswith(":memory:") and not Path(path).is_file() else None
-    if kind in ("file", ""):
-        path = urllib.parse.urlparse(uri).path if kind == "file" else uri
-        return None if Path(path).is_dir() else path
-    return None
 
 
 def check_promotion(tracking_cfg, run, test_metrics: dict) -> None:
