@@ -42,6 +42,8 @@ PREPARED = {
     # first epoch and the timed second one reads from memory as real training does
     "cifar10-12k": ROOT / "data" / "prepared" / "cifar10-12k",
 }
+if os.environ.get("TFPIPE_BENCH_PREPARED"):  # --prepared DIR: another prepared cifar10 split (the CI check's subset)
+    PREPARED["cifar10"] = Path(os.environ["TFPIPE_BENCH_PREPARED"])
 
 
 def _env() -> dict:
@@ -355,12 +357,30 @@ def bench_keras(args) -> None:
             )
         )
     print(
-        f"model {args.model}, precision {args.precision}, data {PREPARED[data].relative_to(ROOT)}", flush=True
+        f"model {args.model}, precision {args.precision}, data {os.path.relpath(PREPARED[data], ROOT)}", flush=True
     )
+    if args.check:  # the CI check: the three sides it judges, nothing else
+        configs = configs[:3]
     res = _side_by_side(configs, args.repeats)
     rows = [(config[0], _median(res[config[0]])) for config in configs]
     _table(rows, configs[0][0])
     _table(rows, configs[1][0])
+    return _check_loop(rows, args.check) if args.check else 0
+
+
+def _check_loop(rows: list, floor: float) -> int:
+    """The regression check: the loop's median over each reference's median, both at least `floor`. Ratios
+    of interleaved fresh-process repeats, never absolute times, so a slower or busier machine moves every
+    side alike; the floor is below the quiet-machine figures (docs/explanation/performance.md) by the spread
+    seen under load, so only a real regression (a lost tf.function, a per-step sync) crosses it."""
+    (keras, k), (bare, b), (_, loop) = rows
+    failed = [f"{loop / ref:.2f}x {name}" for name, ref in ((keras, k), (bare, b)) if loop / ref < floor]
+    ratios = f"loop/keras {loop / k:.2f}x, loop/bare {loop / b:.2f}x"
+    if failed:
+        print(f"REGRESSION: the train stage loop ran at {'; '.join(failed)}, below the floor {floor:.2f}x")
+        return 1
+    print(f"ok: {ratios} (floor {floor:.2f}x)")
+    return 0
 
 
 def bench_tracking(args) -> None:
@@ -566,12 +586,22 @@ def main() -> int:
     parser.add_argument(
         "--data", default="cifar10", choices=["cifar10", "cifar10-12k"], help="keras: prepared split"
     )
+    parser.add_argument("--prepared", help="keras: a prepared cifar10 folder instead of data/prepared/cifar10")
+    parser.add_argument(
+        "--check",
+        type=float,
+        default=0.0,
+        help="keras: exit 1 when the loop's median falls below this ratio of plain Keras's or the bare step's",
+    )
     args = parser.parse_args()
+    if args.prepared:
+        os.environ["TFPIPE_BENCH_PREPARED"] = str(Path(args.prepared).resolve())
+        PREPARED["cifar10"] = Path(os.environ["TFPIPE_BENCH_PREPARED"])
     print(
         f"$ python benchmarks/perf.py {' '.join(sys.argv[1:])}\n{cpu_line()}\n{_load()}, {os.cpu_count()} CPUs",
         flush=True,
     )
-    {
+    rc = {
         "keras": bench_keras,
         "tracking": bench_tracking,
         "precision": bench_precision,
@@ -580,7 +610,7 @@ def main() -> int:
         "dvc": bench_dvc,
     }[args.bench](args)
     print(f"done ({_load()})")
-    return 0
+    return rc or 0
 
 
 if __name__ == "__main__":
