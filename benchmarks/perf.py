@@ -42,7 +42,8 @@ PREPARED = {
     # first epoch and the timed second one reads from memory as real training does
     "cifar10-12k": ROOT / "data" / "prepared" / "cifar10-12k",
 }
-if os.environ.get("TFPIPE_BENCH_PREPARED"):  # --prepared DIR: another prepared cifar10 split (the CI check's subset)
+# --prepared DIR: another prepared cifar10 split (the CI check's subset), for the workers too
+if os.environ.get("TFPIPE_BENCH_PREPARED"):
     PREPARED["cifar10"] = Path(os.environ["TFPIPE_BENCH_PREPARED"])
 
 
@@ -357,7 +358,8 @@ def bench_keras(args) -> None:
             )
         )
     print(
-        f"model {args.model}, precision {args.precision}, data {os.path.relpath(PREPARED[data], ROOT)}", flush=True
+        f"model {args.model}, precision {args.precision}, data {os.path.relpath(PREPARED[data], ROOT)}",
+        flush=True,
     )
     if args.check:  # the CI check: the three sides it judges, nothing else
         configs = configs[:3]
@@ -586,7 +588,9 @@ def main() -> int:
     parser.add_argument(
         "--data", default="cifar10", choices=["cifar10", "cifar10-12k"], help="keras: prepared split"
     )
-    parser.add_argument("--prepared", help="keras: a prepared cifar10 folder instead of data/prepared/cifar10")
+    parser.add_argument(
+        "--prepared", help="keras: a prepared cifar10 folder instead of data/prepared/cifar10"
+    )
     parser.add_argument(
         "--check",
         type=float,

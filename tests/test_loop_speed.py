@@ -39,7 +39,10 @@ def test_the_loop_keeps_pace_with_plain_keras_and_the_bare_step(tmp_path, make_c
     raw = _subset(tmp_path / "raw")
     prepared = tmp_path / "prepared"
     cfg = make_config(
-        "data.source=directory", f"data.path={raw}", f"data.output_dir={prepared}", "data.validation_fraction=0.05"
+        "data.source=directory",
+        f"data.path={raw}",
+        f"data.output_dir={prepared}",
+        "data.validation_fraction=0.05",
     )
     data.prepare(cfg, progress=False)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TF_CONFIG"))}
