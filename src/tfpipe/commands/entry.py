@@ -39,7 +39,7 @@ os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 DEBUG_ENV = "TFPIPE_DEBUG"
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line too (the usage is in --help)."""
 
     def error(self, message):  # noqa: D401 - argparse API
@@ -97,7 +97,7 @@ def cli(
 
 def _parser(stage: str, description: str, root: Path, prog: str) -> argparse.ArgumentParser:
     """A stage's arguments: its overrides, --params, --debug, -v and Hydra's standard flags."""
-    parser = _Parser(
+    parser = OneLineParser(
         prog=prog or f"python -m pipeline.{stage}",
         description=description,
         epilog=hydra_flags.groups_help(Path(root)),

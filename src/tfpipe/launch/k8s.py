@@ -7,7 +7,9 @@
   (`tf_config_from_indexed_job`). Failed pods restart in place (`restartPolicy: OnFailure`, up to
   `backoffLimit`); finished Jobs are deleted after `ttlSecondsAfterFinished`.
 - `controller="tfjob"`: one Kubeflow `TFJob` (kubeflow.org/v1; the training operator gang-creates the replicas,
-  sets TF_CONFIG, restarts and cleans up) and the NetworkPolicy.
+  sets TF_CONFIG, restarts and cleans up) and the NetworkPolicy. The training operator v1 is legacy.
+- `controller="trainjob"`: Kubeflow Trainer v2's `TrainJob` and the `TrainingRuntime` it runs on
+  (trainer.kubeflow.org/v1alpha1: `tfpipe.launch.trainjob`; multi_worker_mirrored) and the NetworkPolicy.
 
 MLflow settings reach the pods from the ConfigMap `<job>-mlflow` (tracking_uri) and the Secret `<job>-mlflow`
 (username, password): never from the manifest. No pod calls the Kubernetes API (TF_CONFIG comes from the
@@ -25,7 +27,7 @@ import yaml
 from tfpipe.errors import ConfigError
 from tfpipe.launch.cluster import DEPLOY_DIR, TF_CONFIG, _render, k8s_cluster, roles, tf_config
 
-CONTROLLERS = ("job", "tfjob")
+CONTROLLERS = ("job", "tfjob", "trainjob")
 CLUSTER_ENV, TASK_TYPE_ENV, INDEX_ENV = "TFPIPE_CLUSTER", "TFPIPE_TASK_TYPE", "JOB_COMPLETION_INDEX"
 TFJOB_REPLICAS = {"chief": "Chief", "worker": "Worker", "ps": "PS"}
 # The images' user (docker/Dockerfile*: useradd --uid 10001; numeric, so runAsNonRoot can be verified).
@@ -51,16 +53,18 @@ def render_k8s(
     overrides=(),
     controller: str = "job",
     backoff_limit: int = 3,
+    runtime: str = "tensorflow",
 ) -> str:
     """One multi-document manifest (see the module docstring); bad input raises one line (ConfigError)."""
     from tfpipe.launch.cluster import check_render_input
 
     if controller not in CONTROLLERS:
         raise ConfigError(f"controller={controller!r}: allowed: {', '.join(CONTROLLERS)}")
-    if controller == "job" and strategy == "parameter_server":  # ps and workers serve until stopped
+    if controller != "tfjob" and strategy == "parameter_server":  # ps and workers serve until stopped
         raise ConfigError(
-            "strategy=parameter_server with controller='job': its ps and worker tasks never exit, so their Jobs "
-            "would never finish; use controller='tfjob' (the operator stops them when the chief succeeds)"
+            f"strategy=parameter_server with controller={controller!r}: its ps and worker tasks never exit, "
+            "so their Jobs would never finish; use controller='tfjob' (the operator stops them when the "
+            "chief succeeds)"
         )
     counts = {"num_workers": num_workers, "port": port} | (
         {"num_ps": num_ps} if strategy == "parameter_server" else {}
@@ -73,6 +77,15 @@ def render_k8s(
         return "---\n".join(
             [policy, yaml.safe_dump(_tfjob(cluster, names, image, strategy, overrides), sort_keys=False)]
         )
+    if controller == "trainjob":  # Kubeflow Trainer v2
+        from tfpipe.launch import trainjob
+
+        jobset = trainjob.jobset_cluster(job_name, namespace, num_workers, port)
+        env = [{"name": CLUSTER_ENV, "value": json.dumps(jobset, sort_keys=True)},
+               {"name": TASK_TYPE_ENV, "value": "worker"}]  # fmt: skip
+        pod = _pod_template(names, "worker", image, strategy, overrides, env)
+        docs = trainjob.trainjob_docs(names, pod, num_workers, runtime, backoff_limit)
+        return "---\n".join([policy, *(yaml.safe_dump(d, sort_keys=False) for d in docs)])
     docs = [_render(DEPLOY_DIR / "k8s" / "service.yaml.tmpl", names), policy]
     for task_type in dict.fromkeys(t for t, _ in roles(cluster)):
         job = _indexed_job(cluster, task_type, names, image, strategy, overrides, backoff_limit)
