@@ -28,7 +28,7 @@ ROOMS = {
     **dict.fromkeys(["hardware", "provenance", "workdir", "textnorm"], "runtime"),
     **dict.fromkeys(["hooks", "monitoring", "profiling", "progress"], "loop"),
     **dict.fromkeys(["__init__", "lean_keras", "errors", "exits"], "helpers"),
-    **dict.fromkeys(["choices", "files", "interrupts"], "helpers"),
+    **dict.fromkeys(["choices", "files", "interrupts", "stats", "phases", "plots_page"], "helpers"),
 }
 OUTSIDE = {  # top-level import name -> outside box
     **dict.fromkeys(["tensorflow", "keras", "tensorflow_datasets"], "tensorflow"),

@@ -13,10 +13,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from tfpipe import phases
 from tfpipe.config import Config
 from tfpipe.layout import CONFUSION_CSV, CONFUSION_PNG, EVAL_METRICS, EVAL_PER_CLASS, model_dir
 from tfpipe.layout import rooted as _rooted
+
+if TYPE_CHECKING:
+    from tfpipe.evaluation import EvalResult  # numpy and scikit-learn: imported when the stage scores
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +33,7 @@ class Scored:
     prepared: Path
     manifest: dict
     digest: str
-    result: object  # evaluation.EvalResult
+    result: EvalResult
     metrics: dict  # test_<name>: value
 
 
@@ -46,7 +51,8 @@ def preflight(cfg: Config, root: Path) -> Scored:
     digest = data.manifest_digest(prepared)
     leaked = leaked_test_hashes(prepared)  # test examples that duplicate a train example: test_accuracy_dedup
     run = precheck.recorded_run(cfg, root)  # read: the run to re-open is in the store
-    result = evaluation.evaluate(saved_model, prepared, batch_size=256, leaked_hashes=leaked)
+    with phases.phase("evaluate"):  # the SavedModel loaded and scored
+        result = evaluation.evaluate(saved_model, prepared, batch_size=256, leaked_hashes=leaked)
     metrics = prefixed(result.scalar_metrics(), "test_")
     precheck.check_promotion(cfg.tracking, run, metrics)
     return Scored(prepared, manifest, digest, result, metrics)
@@ -60,7 +66,9 @@ def run_evaluate(cfg: Config, root: Path):
     cfg = _rooted(cfg, root)
     scored = preflight(cfg, root)
     prepared, manifest, digest, result = scored.prepared, scored.manifest, scored.digest, scored.result
-    with tracking.resume_run(cfg, root, stage="evaluate") as run:
+    with phases.phase("open_run"):
+        run = tracking.resume_run(cfg, root, stage="evaluate")
+    with run:
         evaluation.write_reports(
             result,
             metrics_path=root / EVAL_METRICS,
@@ -89,6 +97,7 @@ def run_evaluate(cfg: Config, root: Path):
     return result
 
 
+@phases.phase("registry")
 def register(run, cfg: Config, model_id: str) -> None:
     """The logged model registered (register_model); the alias moved, registering it, when it beats its model."""
     from tfpipe.tracking import registry

@@ -12,7 +12,7 @@ import json
 import logging
 from pathlib import Path
 
-from tfpipe import files, tfconfig  # tfconfig: whether this process is the chief (no TensorFlow)
+from tfpipe import files, phases, tfconfig  # tfconfig: whether this process is the chief (no TensorFlow)
 from tfpipe.config import Config
 from tfpipe.evaluate_stage import prefixed as _prefixed
 from tfpipe.evaluate_stage import register as _register  # noqa: F401 - also read as stages._register
@@ -78,7 +78,9 @@ def run_train(cfg: Config, root: Path):
     fingerprint = training_fingerprint(composed, digest)  # project-relative: the same in a DVC temp copy
     resume_run_id = workdir.prepare(fingerprint) if chief else None  # the interrupted training's run
 
-    with tracking.start_run(cfg, root, stage="train", is_chief=chief, resume_run_id=resume_run_id) as run:
+    with phases.phase("open_run"):
+        run = tracking.start_run(cfg, root, stage="train", is_chief=chief, resume_run_id=resume_run_id)
+    with run:
         if chief:
             workdir.mark_started(fingerprint, run.run_id)
         run.log_params(cfg.flat())
@@ -88,18 +90,20 @@ def run_train(cfg: Config, root: Path):
         _log_data_report(run, prepared)
         # a tuner's trial reports its epochs to the study (TFPIPE_TUNE_TRIAL); the team's own hooks before
         hooks = own_hooks + tuning_hooks(cfg.train.epochs)
-        result = training.train(
-            cfg,
-            prepared_dir=prepared,
-            output_dir=workdir.path,
-            sink=run,
-            hooks=hooks,
-            init_weights=init_weights,
-            workdir=workdir if chief else None,  # non-chief workers write scratch folders of their own
-        )
+        with phases.phase("training"):  # the model built, the epochs, the export
+            result = training.train(
+                cfg,
+                prepared_dir=prepared,
+                output_dir=workdir.path,
+                sink=run,
+                hooks=hooks,
+                init_weights=init_weights,
+                workdir=workdir if chief else None,  # non-chief workers write scratch folders of their own
+            )
         if not chief:  # only the chief writes the run, metrics, plots and state; workers used scratch dirs
             return result
-        _log_training(run, cfg, result, workdir, root, prepared, manifest, digest, prov)
+        with phases.phase("log_training"):
+            _log_training(run, cfg, result, workdir, root, prepared, manifest, digest, prov)
         # last: a full disk or a failed upload before this leaves the run to resume (at its final step)
         workdir.mark_complete(fingerprint, result.weights_sha256)
     log.info("trained: %s, %s; the run: %s", TRAIN_METRICS, HISTORY_CSV, tracking.where(run, root))
@@ -215,6 +219,7 @@ def run_all(cfg: Config, root: Path):
 # ----------------------------------------------------------------------------- helpers
 
 
+@phases.phase("input_example")
 def _input_example(prepared: Path, manifest: dict):
     """Two raw test examples (uint8 images or strings), as the served model receives them."""
     from tfpipe import data

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tfpipe import files
+from tfpipe import files, phases
 from tfpipe.errors import TrackingError
 
 SERVING_MODEL_FILE = Path(__file__).with_name("serving_model.py")
@@ -66,8 +66,8 @@ def signature_and_example(modality: str, input_example: Any, class_names: list):
     if modality == "text":
         # An unnamed string column: MLflow then accepts a list of str, a numpy array of str/object,
         # a Series or a one-column DataFrame (a column *named* 'text' would reject all but the last).
-        example = None if input_example is None else _texts(input_example)[:MAX_EXAMPLE_ROWS]
-        return ModelSignature(inputs=Schema([ColSpec(DataType.string)]), outputs=outputs), example
+        texts = None if input_example is None else _texts(input_example)[:MAX_EXAMPLE_ROWS]
+        return ModelSignature(inputs=Schema([ColSpec(DataType.string)]), outputs=outputs), texts
     if modality == "image":
         example, shape = None, (-1, -1, -1)
         if input_example is not None:
@@ -115,6 +115,7 @@ def _record_digest(run_id: str, digest: str) -> None:
             ) from None
 
 
+@phases.phase("log_model")  # with MLflow's validation: the model loaded again, the input example served
 def log_pyfunc_model(
     run, saved_model_dir, *, modality: str, input_example: Any, class_names: list, name: str
 ) -> str:
