@@ -4,11 +4,14 @@ What it writes: `conf/config.yaml` (tfpipe's defaults list, extended through Hyd
 `pkg://tfpipe.conf`, so every built-in option stays selectable and the team's own win), `conf/model/<model>.yaml`
 and `<package>/model.py` (an example model by import path), `dvc.yaml` (the three stages as `python -m tfpipe`),
 `params.yaml` (the composition, as DVC's Hydra integration writes it), `MLproject`, a README, a smoke test,
-`.gitignore`, `.dvcignore`, and `data/raw/` for class-per-folder data; then `git init` and `dvc init` (Hydra on).
+`.gitignore`, `.dvcignore`, `data/raw/` for class-per-folder data, `requirements.in` (tfpipe at this version; the
+team locks it), and the pull-request report in CI: `ci/pr_report.sh` (train the base and the change on a small
+preset, `tfpipe report` them) run by `.github/workflows/tfpipe.yml` and `.gitlab-ci.yml`, which post its Markdown
+on the request; then `git init` and `dvc init` (Hydra on).
 
 What it does not: commit (the team's first commit is theirs), download data, or touch a folder that is not empty
-(one line, exit 2, nothing written). The files are the templates under `tfpipe/scaffold/project/` with three
-names filled in; a template engine (copier, cookiecutter) would add a dependency for three string replacements.
+(one line, exit 2, nothing written). The files are the templates under `tfpipe/scaffold/project/` with four
+names filled in; a template engine (copier, cookiecutter) would add a dependency for four string replacements.
 In YAML values the names go in as double-quoted scalars (`yaml_scalar`, the `__..._YAML__` tokens): a project
 `null`, `on`, `yes` or `1e3` stays that string for every reader (PyYAML, OmegaConf, DVC's YAML 1.2).
 """
@@ -28,7 +31,14 @@ from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
 TEMPLATE = Path(__file__).resolve().parent / "project"
 # Names the templates cannot carry in this repository: dotfiles would apply here, a dvc.yaml would be read by
 # DVC as one of this project's pipelines.
-RENAMED = {"gitignore": ".gitignore", "dvcignore": ".dvcignore", "dvc.yaml.tmpl": "dvc.yaml"}
+# The CI files too: GitHub and GitLab read only a repository's top-level ones, but a wheel's glob skips dotfiles.
+RENAMED = {
+    "gitignore": ".gitignore",
+    "dvcignore": ".dvcignore",
+    "dvc.yaml.tmpl": "dvc.yaml",
+    "github": ".github",
+    "gitlab-ci.yml": ".gitlab-ci.yml",
+}
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,39}$")
 _FOLDER_NAME = re.compile(
     r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -100,6 +110,7 @@ def write(folder: Path, model: str = "my_model") -> list:
     check(folder, model)
     names = {"__PROJECT__": folder.resolve().name, "__PACKAGE__": package_name(folder), "__MODEL__": model}
     names = {**{f"{k[:-2]}_YAML__": yaml_scalar(v) for k, v in names.items()}, **names}  # YAML values: quoted
+    names["__TFPIPE_REQUIREMENT__"] = tfpipe_requirement()
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for source in sorted(p for p in TEMPLATE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
@@ -118,6 +129,16 @@ def write(folder: Path, model: str = "my_model") -> list:
     return sorted(written)
 
 
+def tfpipe_requirement() -> str:
+    """requirements.in's line for tfpipe: the installed version, pinned (unpinned when tfpipe runs uninstalled)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"tfpipe=={version('tfpipe')}"
+    except PackageNotFoundError:
+        return "tfpipe"
+
+
 def _fill(text: str, names: dict) -> str:
     for token, value in names.items():
         text = text.replace(token, value)
@@ -125,15 +146,23 @@ def _fill(text: str, names: dict) -> str:
 
 
 def init_repositories(folder: Path) -> None:
-    """`git init` and `dvc init` with DVC's Hydra composition on (`dvc exp run -S` rebuilds params.yaml from conf/)."""
+    """`git init` and `dvc init` with DVC's Hydra composition on (`dvc exp run -S` rebuilds params.yaml from conf/)
+    and `dvc plots` drawing offline (.dvc/plots.html: Vega inline, `tfpipe.plots_page`)."""
+    from tfpipe import plots_page
+
     steps = [
         ["git", "init", "-q"],
         [sys.executable, "-m", "dvc", "init", "-q"],
         [sys.executable, "-m", "dvc", "config", "hydra.enabled", "true"],
         [sys.executable, "-m", "dvc", "config", "core.autostage", "true"],
+        [sys.executable, "-m", "dvc", "config", "plots.html_template", plots_page.TEMPLATE_NAME],
+        None,  # here the page itself is written
         ["git", "add", "-A"],
     ]
     for cmd in steps:
+        if cmd is None:
+            plots_page.write(folder / ".dvc" / plots_page.TEMPLATE_NAME)
+            continue
         proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
         if proc.returncode != 0:
             raise InitError(f"`{' '.join(cmd[-3:])}` failed in {folder}: {proc.stderr.strip()[:300]}")
