@@ -110,6 +110,8 @@ def register(run, cfg: Config, model_id: str) -> None:
             cfg.tracking.auto_promote_alias,
             metric=cfg.tracking.promote_metric,
             mode=cfg.tracking.promote_mode,
+            min_delta=cfg.tracking.promote_min_delta,
+            min_relative=cfg.tracking.promote_min_relative,
         )
 
 

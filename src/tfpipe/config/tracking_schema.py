@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -21,6 +22,8 @@ class TrackingConfig:
     registered_model_name: Optional[str] = None  # None: tfpipe-<dataset.name>
     promote_metric: str = "test_accuracy"
     promote_mode: str = "max"
+    promote_min_delta: float = 0.0  # promotion: the group must beat the champion's by more than this; 0: off
+    promote_min_relative: float = 0.0  # ... and by this fraction of the champion's mean; 0: off
     auto_promote_alias: Optional[str] = None
     system_metrics: bool = False  # MLflow's CPU/memory/disk sampling thread in the train and evaluate runs
     system_metrics_interval: float = 10.0  # seconds between system metric samples
@@ -35,6 +38,10 @@ class TrackingConfig:
         choice("tracking.promote_mode", self.promote_mode, ("max", "min"))
         checks.registry_alias("tracking.auto_promote_alias", self.auto_promote_alias, allow_none=True)
         positive("tracking.system_metrics_interval", self.system_metrics_interval)
+        for key in ("promote_min_delta", "promote_min_relative"):
+            value = getattr(self, key)
+            if not math.isfinite(value) or value < 0:  # (a NaN passes `non_negative`)
+                raise ConfigError(f"tracking.{key}={value!r}: must be a number >= 0 (0: off)")
         if not self.promote_metric:
             raise ConfigError("tracking.promote_metric: empty; name the run metric promotion compares")
 

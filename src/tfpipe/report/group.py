@@ -6,20 +6,20 @@ A, B, C. Per group and metric (`summarize`): the last value of each run (at its 
 deviation (n - 1) and the 95% confidence interval of the mean (t distribution, n - 1 degrees of freedom; one run:
 none); over each run's history its best value (the highest of an accuracy or F1, the lowest of a loss), averaged
 over the runs, and the lowest and highest value any run logged; the mean's difference from the base group's. The
-decision (`decide`): Welch's t-test of a metric's last values, the group against the base (scipy), read as its 95%
-confidence interval of the difference of the means; fewer than two runs on either side: no test, said so.
-What it does not do: read the store, draw, or write anything.
+decision (`decide`): Welch's t-test of a metric's last values, the group against the base, read as its 95%
+confidence interval of the difference of the means; fewer than two runs on either side: no test, said so. The
+statistics are `tfpipe.stats`' (shared with `tfpipe promote`). What it does not do: read the store, draw, or write
+anything.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from tfpipe.tracking.groups import GROUP_TAG, SEED_PARAM, configuration, group_id
+from tfpipe import stats
+from tfpipe.tracking.groups import SEED_PARAM, configuration, recorded_group
 
-LEVEL = 0.95
 LOWER_IS_BETTER = ("loss",)  # a metric whose name holds one of these: lower is better
 
 
@@ -53,7 +53,7 @@ class Summary:
 
 def group_of(run) -> str:
     """The run's group: its tag, else the digest of its params."""
-    return run.tags.get(GROUP_TAG) or group_id(run.params)
+    return recorded_group(run.tags, run.params)
 
 
 def group_runs(runs: list) -> list:
@@ -77,33 +77,21 @@ def lower_is_better(metric: str) -> bool:
     return any(word in metric for word in LOWER_IS_BETTER)
 
 
-def t_quantile(df: float) -> float:
-    """The t distribution's two-sided LEVEL quantile for `df` degrees of freedom."""
-    from scipy import stats
-
-    return float(stats.t.ppf((1 + LEVEL) / 2, df))
-
-
 def summarize(group: Group, metric: str, base_mean: Optional[float] = None) -> Optional[Summary]:
     """The metric's figures over the group's runs that logged it; None when none did."""
     runs = [r for r in group.runs if r.metrics.get(metric)]
     if not runs:
         return None
-    lasts = [r.last(metric) for r in runs]
-    n, mean = len(lasts), sum(lasts) / len(lasts)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in lasts) / (n - 1)) if n > 1 else None
-    ci = None
-    if sd is not None:
-        half = t_quantile(n - 1) * sd / math.sqrt(n)
-        ci = (mean - half, mean + half)
+    spread = stats.describe([r.last(metric) for r in runs])
+    n = spread.n
     pick = min if lower_is_better(metric) else max
     values = [[v for _, v in r.metrics[metric]] for r in runs]
     return Summary(
         n=n,
-        mean=mean,
-        sd=sd,
-        ci=ci,
-        delta=None if base_mean is None else mean - base_mean,
+        mean=spread.mean,
+        sd=spread.sd,
+        ci=spread.ci,
+        delta=None if base_mean is None else spread.mean - base_mean,
         best=sum(pick(v) for v in values) / n,
         low=min(min(v) for v in values),
         high=max(max(v) for v in values),
@@ -133,20 +121,13 @@ def decide(base: Group, other: Group, metric: str) -> str:
 
 def _welch_words(a: list, b: list, diff: float, metric: str) -> str:
     """Welch's t-test of b against a, in words: the interval of the difference, t, df, p, and the verdict."""
-    from scipy import stats
-
-    va, vb = (sum((x - sum(v) / len(v)) ** 2 for x in v) / (len(v) - 1) / len(v) for v in (a, b))
-    se = math.sqrt(va + vb)
-    if se == 0:
+    w = stats.welch(a, b)
+    if w is None:
         same = "the same value in every run of both groups"
         return f"{same}: no spread to test against ({'no difference' if diff == 0 else 'different'})"
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    half = t_quantile(df) * se
-    p = float(stats.ttest_ind(b, a, equal_var=False).pvalue)
-    low, high = diff - half, diff + half
-    numbers = f"95% CI of the difference [{low:+.4f}, {high:+.4f}], Welch's t-test t={diff / se:.2f}, "
-    numbers += f"df={df:.1f}, p={p:.4f}"
-    if low <= 0 <= high:
+    numbers = f"95% CI of the difference [{w.low:+.4f}, {w.high:+.4f}], Welch's t-test t={w.t:.2f}, "
+    numbers += f"df={w.df:.1f}, p={w.p:.4f}"
+    if w.low <= 0 <= w.high:
         return (
             f"{numbers}: within the noise between seeds (the interval holds 0): no evidence of a difference"
         )

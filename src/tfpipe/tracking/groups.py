@@ -47,6 +47,12 @@ def group_id(params: dict) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:DIGEST_CHARS]
 
 
+def recorded_group(tags: dict, params: dict) -> str:
+    """The group of a recorded run (its tags and params): its tag GROUP_TAG, else the `group_id` of its params
+    (a run older than the tag)."""
+    return tags.get(GROUP_TAG) or group_id(params)
+
+
 def group_tag(cfg, project_root=None) -> dict:
     """{GROUP_TAG: the group} of the run that logs `cfg.flat()` as its params (`opening` sets it at the start)."""
     return {GROUP_TAG: group_id(param_strings(cfg.flat(), project_root))}

@@ -53,15 +53,21 @@ def recorded_run(cfg, project_root):
 
 def check_promotion(tracking_cfg, run, test_metrics: dict) -> None:
     """With tracking.auto_promote_alias, a run with a logged model (what evaluate then promotes) is compared by
-    tracking.promote_metric: it must be one of this evaluation's test metrics, or on the run already."""
+    tracking.promote_metric: it must be one of this evaluation's test metrics, or recorded on the run already
+    (its immutable `tfpipe.metric.<name>` param, what promotion compares)."""
     if not tracking_cfg.auto_promote_alias or not run.data.tags.get("model_uri", "").startswith(
         MODELS_SCHEME
     ):
         return
+    from tfpipe.tracking.group_runs import recorded_value
+    from tfpipe.tracking.outcome import METRIC_PARAM
+
     metric = tracking_cfg.promote_metric
-    value = test_metrics.get(metric, run.data.metrics.get(metric))
+    # what promotion reads: this evaluation's figure, else the run's immutable record (never its mutable metrics)
+    value = test_metrics.get(metric, recorded_value(run.data.params, metric))
     if value is None or value != value:  # absent, or NaN (an empty test split)
-        known = sorted({*test_metrics, *run.data.metrics})
+        recorded = (k[len(METRIC_PARAM) :] for k in run.data.params if k.startswith(METRIC_PARAM))
+        known = sorted({*test_metrics, *recorded})
         raise TrackingError(
             f"tracking.promote_metric={metric!r}: run {run.info.run_id} would have no value of it to promote "
             f"with tracking.auto_promote_alias={tracking_cfg.auto_promote_alias!r}; allowed: {', '.join(known)}"

@@ -1,7 +1,8 @@
 """The MLflow model registry: a version is made for a model that may be served, not for every run.
-`promote` moves an alias (e.g. champion) to a run's version, never to a worse one unless forced, and registers
-the run's logged model first when the run has no version yet (only once the promotion is allowed: a refused
-promotion registers nothing). The evaluate stage links the test metrics to the run's logged model; it
+`promote` moves an alias (e.g. champion) to a run's version only when the run's group of seeds beats the group of
+the alias's current model past a threshold (`group_runs` reads each run's immutable record of the metric,
+`group_compare` decides and says how), unless forced, and registers the run's logged model first when the run has
+no version yet (only once the promotion is allowed: a refused promotion registers nothing). The evaluate stage links the test metrics to the run's logged model; it
 registers the model itself only with tracking.register_model=true (`register`), or when
 tracking.auto_promote_alias moves the alias to it (`auto_promote`). `model_versions` lists a run's registered
 versions with their aliases.
@@ -12,7 +13,6 @@ The registry is MLflow's: MLFLOW_REGISTRY_URI when set, else the tracking store.
 from __future__ import annotations
 
 import logging
-import math
 import os
 from typing import Optional
 
@@ -22,7 +22,8 @@ from mlflow.exceptions import MlflowException
 
 from tfpipe.config import checks
 from tfpipe.errors import TrackingError, one_line
-from tfpipe.tracking import backend
+from tfpipe.tracking import backend, group_compare, group_runs
+from tfpipe.tracking.group_compare import Threshold
 from tfpipe.tracking.reading import get_run
 from tfpipe.tracking.redact import redact_url
 
@@ -33,7 +34,12 @@ MODELS_SCHEME = "models:/"
 
 
 class NotBetter(TrackingError):
-    """Promotion refused: the run's metric is worse than that of the alias's current model."""
+    """Promotion refused: the run's group does not beat the alias's current model's past the threshold; `lines`:
+    what was compared and how (`group_compare.Decision.lines`)."""
+
+    def __init__(self, message: str, lines: tuple = ()):
+        super().__init__(message)
+        self.lines = tuple(lines)
 
 
 def logged_model_id(run) -> Optional[str]:
@@ -125,12 +131,19 @@ def registered_name(params: dict) -> Optional[str]:
     return TrackingConfig(registered_model_name=explicit).model_name(dataset)
 
 
-def auto_promote(run, alias: str, *, metric: str, mode: str) -> Optional[dict]:
-    """After evaluation: move `alias` to this run's version when its metric beats the alias's model (or the
-    alias is unset), registering the run's logged model first when it has no version yet. A model that does
-    not beat it leaves the alias where it is and the registry as it was (logged, not an error)."""
+def auto_promote(
+    run, alias: str, *, metric: str, mode: str, min_delta: float = 0.0, min_relative: float = 0.0
+) -> Optional[dict]:
+    """After evaluation: move `alias` to this run's version when its group beats the alias's model's (or the
+    alias is unset) past tracking.promote_min_delta / promote_min_relative, registering the run's logged model
+    first when it has no version yet. A model that does not beat it leaves the alias where it is and the
+    registry as it was (logged, not an error)."""
+    names = ("tracking.promote_min_delta", "tracking.promote_min_relative")
+    threshold = Threshold.checked(min_delta, min_relative, names)
     try:
-        return promote(run.tracking_uri, run.run_id, alias, metric=metric, mode=mode, strict=True)
+        return promote(
+            run.tracking_uri, run.run_id, alias, metric=metric, mode=mode, strict=True, threshold=threshold
+        )
     except NotBetter as exc:
         log.info("%s", exc)
         return None
@@ -166,12 +179,8 @@ def _to_register(run, metric: str, force: bool) -> tuple:
             f"name is unknown; register its model by hand (mlflow.register_model('{uri}', NAME)), "
             "then promote"
         )
-    new = run.data.metrics.get(metric)
-    if not force and (new is None or math.isnan(new)):
-        raise TrackingError(
-            f"run {run_id} has no metric {metric!r} yet; evaluate it first, pick another with --metric, "
-            "or --force"
-        )
+    if not force:
+        group_runs.value_of(run, metric)
     return name, uri[len(MODELS_SCHEME) :]
 
 
@@ -184,26 +193,23 @@ def _alias_version(client: MlflowClient, name: str, alias: str):
         raise
 
 
-def _check_not_worse(client, run, current, alias: str, *, metric: str, mode: str, strict: bool) -> None:
-    """Raise NotBetter (one line: the metric, both values) unless the run's metric is at least as good as
-    (strict: better than) that of the alias's current model. A current model without the metric loses."""
-    new = run.data.metrics.get(metric)
-    if new is None or math.isnan(new):
-        raise TrackingError(
-            f"run {run.info.run_id} has no metric {metric!r} to compare with {alias!r}; evaluate it first, "
-            "pick another with --metric, or --force"
+def _check_beats(client, uri: str, run, current, alias: str, **how) -> tuple:
+    """The lines of the comparison (`group_compare.decide`, `how`: its metric, mode, threshold, strict) of the
+    run's group with the group of the alias's current version; NotBetter (those lines on it) when the run's
+    does not beat it. A current version without a run: nothing to compare with."""
+    group_runs.value_of(run, how["metric"])
+    if not current.run_id:
+        return ()
+    candidate = group_runs.read(client, uri, run, how["metric"])
+    champion = group_runs.read(client, uri, client.get_run(current.run_id), how["metric"])
+    decision = group_compare.decide(candidate, champion, f"version {current.version}", **how)
+    if not decision.allowed:
+        raise NotBetter(
+            f"{alias!r} stays on {current.name} version {current.version}: {decision.why}; --force moves it "
+            "anyway",
+            decision.lines,
         )
-    old = client.get_run(current.run_id).data.metrics.get(metric) if current.run_id else None
-    if old is None or math.isnan(old):
-        return
-    better = new > old if mode == "max" else new < old
-    if better or (not strict and new == old):
-        return
-    raise NotBetter(
-        f"{alias!r} stays on {current.name} version {current.version}: run {run.info.run_id} has "
-        f"{metric}={new:.6g}, {'not better than' if new == old else 'worse than'} {old:.6g} of version "
-        f"{current.version} (run {current.run_id}; promote_mode={mode}); --force moves it anyway"
-    )
+    return decision.lines
 
 
 def promote(
@@ -215,12 +221,15 @@ def promote(
     mode: str = "max",
     force: bool = False,
     strict: bool = False,
+    threshold: Threshold = Threshold(),
 ) -> dict:
     """Point `alias` of the run's registered model at the run's version. A run with no registered version
     gets one first: its logged model under the name it was made with (`registered_name`), registered only once
-    the promotion is allowed. Refused (NotBetter) when the run's `metric` is worse (strict: not better) than
-    that of the alias's current version, unless `force`. Returns {"name", "version", "alias", "previous",
-    "registered"} (previous: the version it pointed at, or None; registered: whether this call made it)."""
+    the promotion is allowed. Refused (NotBetter) unless the run's group of seeds beats the group of the alias's
+    current version past `threshold` (`group_compare`: the recorded values of `metric`, `mode`; strict: a tie
+    loses), or `force`. Returns {"name", "version", "alias", "previous", "registered", "test"} (previous: the
+    version it pointed at, or None; registered: whether this call made it; test: the comparison's lines, none
+    when there was nothing to compare with)."""
     checks.registry_alias("--alias", alias)
     checks.choice("--mode", mode, ("max", "min"))
     client = _client(uri)
@@ -234,15 +243,11 @@ def promote(
         current = _alias_version(client, name, alias)
         previous = str(current.version) if current else None
         if version is not None and previous == str(version.version):
-            return {
-                "name": name,
-                "version": previous,
-                "alias": alias,
-                "previous": previous,
-                "registered": False,
-            }
+            return _outcome(name, previous, alias, previous, False, ())
+        test = ()
         if current and not force:
-            _check_not_worse(client, run, current, alias, metric=metric, mode=mode, strict=strict)
+            how = {"metric": metric, "mode": mode, "threshold": threshold, "strict": strict}
+            test = _check_beats(client, uri, run, current, alias, **how)
         registered = version is None
         if registered:  # allowed: only now is a version made
             version = _register_promoted(client, uri, run.info.run_id, model_id, name)
@@ -250,13 +255,12 @@ def promote(
     except MlflowException as exc:
         raise TrackingError(f"could not promote run {run_id} to {alias!r}: {one_line(exc, 300)}") from None
     log.info("%s version %s is now %r (was %s)", name, version.version, alias, previous or "unset")
-    return {
-        "name": name,
-        "version": str(version.version),
-        "alias": alias,
-        "previous": previous,
-        "registered": registered,
-    }
+    return _outcome(name, version.version, alias, previous, registered, test)
+
+
+def _outcome(name: str, version, alias: str, previous, registered: bool, test: tuple) -> dict:
+    keys = ("name", "version", "alias", "previous", "registered", "test")
+    return dict(zip(keys, (name, str(version), alias, previous, registered, tuple(test))))
 
 
 def _register_promoted(client: MlflowClient, uri: str, run_id: str, model_id: str, name: str):
