@@ -33,6 +33,24 @@ def test_each_stage_declares_the_files_its_code_writes():
     assert f"{layout.MODELS_DIR}/${{dataset.name}}/saved_model" in stages["evaluate"]["deps"]
 
 
+SCAFFOLD = ROOT / "src" / "tfpipe" / "scaffold" / "project" / "dvc.yaml.tmpl"
+
+
+@pytest.mark.parametrize("path", [ROOT / "dvc.yaml", SCAFFOLD], ids=["project", "tfpipe init"])
+def test_metrics_and_plots_are_shown_once_test_metrics_first(path):
+    """The stages declare metrics and plots as plain outputs; the top-level sections say how DVC shows them:
+    metrics/eval.json first (`dvc exp show`'s first metric columns), the data report's counts not at all, and
+    each plot by one definition (a stage's `plots:` file would be drawn again with DVC's default template)."""
+    pipeline = yaml.safe_load(path.read_text())
+    for name, stage in pipeline["stages"].items():
+        assert not {"metrics", "plots"} & set(stage), f"{path.name}: stage {name} declares metrics or plots"
+    assert pipeline["metrics"] == [layout.EVAL_METRICS, layout.TRAIN_METRICS]
+    named = [next(iter(p)) if isinstance(p, dict) else p for p in pipeline["plots"]]
+    assert len(named) == len(set(named)) and layout.CONFUSION_PNG in named, named
+    project = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    assert named == [next(iter(p)) if isinstance(p, dict) else p for p in project["plots"]]
+
+
 def _repo_with_the_projects_dvc_config(tmp_path: Path) -> tuple[Path, dict]:
     import os
     import shutil

@@ -33,6 +33,7 @@ PROJECT_FILES = [
     ".gitignore",
     ".dvcignore",
     ".dvc/config",
+    ".dvc/plots.html",  # the offline plots page .dvc/config names (tfpipe.plots_page)
     "data/raw/.gitignore",
 ]
 # Shrinks the default config to seconds: a few dozen examples, small model, one epoch.

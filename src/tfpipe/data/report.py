@@ -8,7 +8,7 @@ and near, within and across splits, with the first examples of each kind and the
 conflict; the test examples that duplicate a train example (leakage, handled per data.validation.leakage).
 Skipped files are the manifest's `skipped_files` (referenced, not recounted). Examples are named by their
 path under data.path (directory source) or `<split>#<index>` in shard order (TFDS). `headline()` is the
-flat summary prepare writes as DVC metrics (metrics/data.json) and train logs as run tags.
+flat summary prepare writes to metrics/data.json and train logs as run tags.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ class Collector:
 
 
 def headline(report: dict) -> dict:
-    """The flat figures DVC shows (metrics/data.json) and train tags the run with."""
+    """The flat figures prepare writes to metrics/data.json and train tags the run with."""
     exact, near = report["duplicates"]["exact"], report["duplicates"]["near"]
     out = {f"examples_{s}": report["splits"][s]["num_examples"] for s in SPLITS}
     out["exact_duplicates_within"] = sum(v["duplicates"] for v in exact["within"].values())
