@@ -63,46 +63,49 @@ def test_prepare_with_no_source_given_reads_data_raw_offline(tmp_path, image_dir
     assert "from directory" in proc.stderr
 
 
-def test_a_folder_the_experiment_copy_lacks_is_refused_naming_dvc_add(tmp_path, make_config, monkeypatch):
-    """Inside a DVC experiment's copy (DVC_ROOT names the project, not this folder) a data folder the project
-    holds but the copy lacks was never tracked: one line naming `dvc add`, not TFDS (a download, or offline an
-    error pointing into the copy). Outside a copy, or when the project lacks it too, auto still means TFDS."""
-    project, copy = tmp_path / "project", tmp_path / "project" / ".dvc" / "tmp" / "exps" / "tmpab12"
+def _experiment_copy(tmp_path, monkeypatch) -> tuple:
+    """(project holding data/raw/cifar10, an experiment copy of it as DVC makes one), DVC's variables set."""
+    project = tmp_path / "project"
+    copy = project / ".dvc" / "tmp" / "exps" / "tmpab12"
     (project / "data" / "raw" / "cifar10").mkdir(parents=True)
-    copy.mkdir(parents=True)
-    cfg = make_config()
+    (copy / "data" / "raw").mkdir(parents=True)
     monkeypatch.setenv("DVC_ROOT", str(project))
-    with pytest.raises(ConfigError) as caught:
-        rooted(cfg, copy)
-    assert str(caught.value) == (
-        f"data.source=auto: data/raw/cifar10 is a folder in the project ({project}) but not in this DVC "
-        "experiment's copy, which holds only what git and DVC track (queued and --temp experiments): dvc add "
-        "data/raw/cifar10, git add data/raw/cifar10.dvc, commit, then run the experiment again"
-    )
+    monkeypatch.setenv("DVC_EXP_NAME", "exp-1")
+    return project, copy
+
+
+@pytest.mark.parametrize("source", ["auto", "directory"])
+def test_an_experiment_copy_lacking_the_folder_reads_the_projects(tmp_path, make_config, monkeypatch, source):
+    """Inside a DVC experiment's copy (DVC_ROOT names the project, the copy is under its .dvc/tmp/exps) a data
+    folder the project holds but the copy lacks (never `dvc add`ed) is read from the project, in place; outside
+    a copy, or when the project lacks it too, auto still means TFDS."""
+    project, copy = _experiment_copy(tmp_path, monkeypatch)
+    decided = rooted(make_config(f"data.source={source}"), copy).data
+    assert decided.source == "directory" and decided.path == str(project.resolve() / "data/raw/cifar10")
+    assert decided.output_dir == str(copy / "data" / "prepared" / "cifar10")  # outputs stay in the copy
     assert rooted(make_config("dataset=imdb"), copy).data.source == "tfds"  # the project has no data/raw/imdb
-    assert rooted(cfg, project).data.source == "directory"  # DVC's workspace run: DVC_ROOT is the project
+    assert rooted(make_config(), project).data.path == str(project / "data/raw/cifar10")  # the workspace run
+    (copy / "data" / "raw" / "cifar10").mkdir()  # `dvc add`ed: DVC checked it out in the copy, which is read
+    assert rooted(make_config(), copy).data.path == str(copy / "data/raw/cifar10")
 
 
-@pytest.mark.slow
-def test_a_temp_experiment_on_an_untracked_data_folder_says_dvc_add(tmp_path, image_dir):
-    """The real `dvc exp run --temp` in a git + DVC project whose data/raw/cifar10 is git-ignored and never
-    `dvc add`ed: prepare stops in one line naming `dvc add` (exit 2 from the stage), before reading anything."""
-    from test_pipeline_e2e import copy_project
-
-    project = copy_project(tmp_path / "project")
-    shutil.copytree(image_dir, project / "data" / "raw" / "cifar10")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DVC_"))}
-    env.update(PYTHONPATH=str(project / "src"), DVC_NO_ANALYTICS="1", TF_CPP_MIN_LOG_LEVEL="2")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-    for cmd in (["git", "init", "-q", "-b", "main"], [*git, "add", "-A"], [*git, "commit", "-qm", "init"]):
-        subprocess.run(cmd, cwd=project, env=env, check=True, capture_output=True)
-    assert (
-        subprocess.run(["git", "ls-files", "data/raw/cifar10"], cwd=project, capture_output=True).stdout
-        == b""
+def test_reading_the_projects_folder_is_refused_where_it_would_be_wrong(tmp_path, make_config, monkeypatch):
+    """A folder DVC tracks (its .dvc file in the copy) whose files the copy lacks: the project's folder may hold
+    another version than the experiment's commit names. A DVC_ROOT this folder is no experiment copy of."""
+    project, copy = _experiment_copy(tmp_path, monkeypatch)
+    (copy / "data" / "raw" / "cifar10.dvc").write_text("outs: []\n")
+    with pytest.raises(ConfigError) as caught:
+        rooted(make_config(), copy)
+    assert str(caught.value) == (
+        "data.path=data/raw/cifar10 is tracked by DVC (data/raw/cifar10.dvc) but its files are not in this "
+        "experiment's copy (not in DVC's cache); the project's folder may hold another version: dvc pull "
+        "data/raw/cifar10.dvc (or dvc commit it), then run the experiment again"
     )
-    cmd = [sys.executable, "-m", "dvc", "exp", "run", "--temp", "-S", "experiment=smoke"]
-    proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=600)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, out[-2000:]
-    assert "prepare: error: data.source=auto: data/raw/cifar10 is a folder in the project" in out, out[-2000:]
-    assert "dvc add data/raw/cifar10, git add data/raw/cifar10.dvc, commit" in out, out[-2000:]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with pytest.raises(ConfigError) as caught:
+        rooted(make_config(), elsewhere)
+    assert str(caught.value) == (
+        f"data.path=data/raw/cifar10 is a folder in DVC_ROOT ({project}) but not in {elsewhere}, which is no "
+        "DVC experiment copy of it (.dvc/tmp/exps); run the stage from the project or set data.path"
+    )

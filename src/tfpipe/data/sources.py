@@ -7,6 +7,7 @@ texts): the data report's source-image statistics. Decoding one file is tfpipe.d
 
 The directory source lists files itself (sorted, deterministic) instead of Keras' / TFDS's folder readers:
 those fail on the first bad file without naming it (or drop it silently); a bad file is reported by its path.
+A folder's manifest `source` carries its digest, the one `dvc add` records (tfpipe.data.lineage).
 """
 
 from __future__ import annotations
@@ -276,7 +277,8 @@ def open_directory(cfg) -> Source:
                     continue
                 yield split, value, entry.label, f"{folders[split]}/{entry.key}", header
 
+    from tfpipe.data.lineage import directory_info
     from tfpipe.data.manifest import portable_path
 
-    info = {"type": "directory", "path": portable_path(d.path), "tfds_name": None, "version": None}
+    info = directory_info(d.path, portable_path(d.path))  # with the folder's digest: which data was read
     return Source(class_names, info, sum(len(v) for v in plan.values()), stream)

@@ -92,3 +92,29 @@ def dedupe(items: list) -> list:
             best[found.real] = index
     keep = set(best.values())
     return [payload for index, (_, payload) in enumerate(items) if index in keep]
+
+
+def every_file(root: Path) -> list:
+    """[(relative posix path, Path)] of every regular file under `root`, hidden ones too, sorted by relative path:
+    what `dvc add` hashes. Links are followed when they resolve inside the resolved root (a folder is not
+    entered again below itself, so loops end); links out of it and non-regular files are left out."""
+    real_root = Path(os.path.realpath(root))
+    found: list = []
+
+    def visit(folder: Path, real_folder: Path, prefix: str, chain: frozenset) -> None:
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            if entry.is_symlink():  # resolved only for links: a plain entry is where its folder is
+                real = Path(os.path.realpath(entry.path))
+                if not inside(real, real_root):
+                    continue
+                is_dir, is_file = real.is_dir(), real.is_file()
+            else:
+                real = real_folder / entry.name
+                is_dir, is_file = entry.is_dir(follow_symlinks=False), entry.is_file(follow_symlinks=False)
+            if is_dir and real not in chain:
+                visit(Path(entry.path), real, f"{prefix}{entry.name}/", chain | {real})
+            elif is_file:
+                found.append((f"{prefix}{entry.name}", Path(entry.path)))
+
+    visit(Path(root), real_root, "", frozenset({real_root}))
+    return sorted(found)
