@@ -101,6 +101,7 @@ def test_the_train_and_evaluate_stage_processes_write_the_benchmarks_phases(prep
     assert set(train) == {
         "open_run",
         "training",
+        "export",
         "input_example",
         "log_model",
         "log_training",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from tfpipe import determinism, distribute, files, monitoring, precision, progress
+from tfpipe import determinism, distribute, files, monitoring, phases, precision, progress
 from tfpipe.hooks import CheckpointHook, Hook, MetricsSink, SinkHook
 from tfpipe.models import warmstart
 from tfpipe.training.epochs import EpochLayersHook
@@ -106,15 +106,16 @@ def _final_metrics(history: list, runner, epoch: Optional[int] = None) -> dict:
     }
 
 
-def _model_hooks(tc, steps, runner, warm, start_epoch: int) -> list:
+def _model_hooks(tc, steps, runner, warm, start_epoch: int) -> List[Hook]:
     """What acts on the model between epochs: a warm start's frozen layers, layers that follow the epoch, and
     early stopping (whether another epoch runs, the best epoch's weights)."""
-    hooks = [EpochLayersHook(steps.model, start_epoch, runner)]
+    hooks: List[Hook] = [EpochLayersHook(steps.model, start_epoch, runner)]
     if warm and tc.freeze_epochs:
         hooks.append(FreezeHook(steps.model, warm["loaded"], tc.freeze_epochs, start_epoch, runner))
     return hooks + ([steps.early_stopping] if steps.early_stopping else [])
 
 
+@phases.phase("export")
 def _export(task, model, workdir: WorkDir) -> str:
     """The SavedModel of the model's weights (returns their digest): kept when an earlier attempt of this training
     already exported exactly them (killed before its run finished: the run may record that export's digest)."""
@@ -144,7 +145,7 @@ def _train(
     step, start_epoch, start_epoch_step = steps.counters()
     resumed_at_step = step
     runner.start(steps, start_epoch, start_epoch_step)
-    hooks = [SinkHook(sink)] if (sink is not None and chief) else []
+    hooks: List[Hook] = [SinkHook(sink)] if (sink is not None and chief) else []
     hooks += [CheckpointHook(workdir, steps), stop_hook(strategy)]
     hooks += _model_hooks(tc, steps, runner, warm, start_epoch)
     if chief and progress.wanted():
