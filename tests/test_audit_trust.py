@@ -53,6 +53,9 @@ def _diff(repo, change) -> str:
 def _forge(tmp_path, commit, diff=None, dirty="true", config="seed: 1\n") -> str:
     """A run in a real SQLite store with the tags and artifacts a rerun reads."""
     import mlflow
+    import yaml
+
+    from tfpipe.tracking.reading import config_params
 
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'store.db'}")
     found = client.get_experiment_by_name("forged")
@@ -65,6 +68,8 @@ def _forge(tmp_path, commit, diff=None, dirty="true", config="seed: 1\n") -> str
     client.set_tag(run_id, "git.commit", commit)
     client.set_tag(run_id, "git.dirty", dirty)
     client.log_text(run_id, config, "config/resolved.yaml")
+    for key, value in config_params(yaml.safe_load(config)).items():  # the params that vouch for it
+        client.log_param(run_id, key, value)
     if diff:
         client.log_text(run_id, diff, "provenance/git_diff.patch")
     return run_id

@@ -327,6 +327,7 @@ def test_audit_rerun_refuses_a_replaced_resolved_yaml_with_exit_2(commit, evil, 
     import mlflow
 
     from tfpipe.exits import EXIT_BAD_INPUT
+    from tfpipe.tracking.reading import config_params
 
     repo, sha = commit
     target, marker = evil
@@ -337,6 +338,8 @@ def test_audit_rerun_refuses_a_replaced_resolved_yaml_with_exit_2(commit, evil, 
     client.set_tag(run_id, "git.dirty", "false")
     forged = yaml.safe_dump(_hooked({"arg": {"a": {"_target_": target}}}))
     client.log_text(run_id, forged, "config/resolved.yaml")
+    for key, value in config_params(yaml.safe_load(forged)).items():  # logged by the run's own maker
+        client.log_param(run_id, key, value)
     path = os.pathsep.join([str(ROOT), str(ROOT / "src"), str(tmp_path / "outside")])
     env = {**os.environ, "PYTHONPATH": path}
     cmd = [sys.executable, "-m", "pipeline.audit", run_id, "--rerun", "--sandbox", "off"]

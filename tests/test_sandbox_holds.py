@@ -514,6 +514,7 @@ def test_the_default_audit_refuses_without_bwrap_before_making_anything(tmp_path
     client.set_tag(run_id, "git.commit", _git(repo, "rev-parse", "HEAD").strip())
     client.set_tag(run_id, "git.dirty", "false")
     client.log_text(run_id, "seed: 1\n", "config/resolved.yaml")
+    client.log_param(run_id, "seed", "1")  # the param that vouches for it (tfpipe.tracking.reading)
     (bin_dir / "git").symlink_to(shutil.which("git"))  # a PATH with git and without bwrap
     env = {**os.environ, "PATH": str(bin_dir), "TMPDIR": str(scratch)}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "src")])

@@ -154,7 +154,7 @@ def server(logged, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def strict(logged, tmp_path_factory):
-    """The same model served with --timeout 1 --max-body-bytes 4000000."""
+    """The same model served with --timeout 1 --max-body-bytes 4000000 --max-in-flight 1."""
     started = Server(
         *logged,
         tmp_path_factory.mktemp("strict") / "out.log",
@@ -162,6 +162,8 @@ def strict(logged, tmp_path_factory):
         "1",
         "--max-body-bytes",
         "4000000",
+        "--max-in-flight",
+        "1",
     )
     yield started
     assert started.stop() == 143, started.output()[-3000:]
@@ -395,8 +397,11 @@ def test_a_request_past_the_timeout_is_answered_504_its_work_stopped_and_the_nex
     assert "serve: a request passed --timeout 1 s: worker stopped; starting another" in strict.output()
 
 
-def test_a_body_that_does_not_arrive_in_time_is_408_and_the_flag_sets_the_limit(strict):
+def test_a_body_that_does_not_arrive_in_time_is_408_and_the_flag_sets_the_limit(strict, server):
     assert "bodies up to 4000000 bytes" in strict.output()
+    # the cap on predictions in flight reaches the worker (its effect: tests/test_serving_concurrency.py)
+    assert "1 predictions at a time (--max-in-flight)" in strict.output()
+    assert "8 predictions at a time (--max-in-flight)" in server.output()
     worker = strict.worker()
     with socket.create_connection(("127.0.0.1", strict.port), timeout=120) as sock:
         head = "POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -15,18 +15,21 @@ from tfpipe.audit import trust
 FROM_CACHE = "restored from the DVC cache"
 FROM_REMOTE = "pulled from the DVC remote"
 PREPARED_AGAIN = "prepared again from the auditor's raw data"
+CHECKOUT_TYPE = "reflink,copy"  # how the worktree's prepared data leaves the auditor's cache: never a link
 
 
 def dvc_config_local(root: Path) -> str:
     """The auditor's DVC cache and remotes for the worktree, paths made absolute (a relative remote URL would
-    resolve against the temporary worktree): prepared data is restored by hash from them. URLs only: remote
-    credentials reach the re-run only through --pass-env."""
+    resolve against the temporary worktree): prepared data is restored by hash from them, as copies
+    (CHECKOUT_TYPE, whatever `cache.type` the commit or the auditor set). URLs only: remote credentials reach the
+    re-run only through --pass-env."""
     from dvc.repo import Repo
 
     with Repo(str(root)) as repo:
         conf = repo.config
         cache = conf["cache"].get("dir") or str(root / ".dvc" / "cache")
-        lines = ["[cache]", f"    dir = {cache}"]
+        # copies, never links: a hard link or symlink into the auditor's cache would let the stages write it
+        lines = ["[cache]", f"    dir = {cache}", f"    type = {CHECKOUT_TYPE}"]
         if conf["core"].get("remote"):
             lines += ["[core]", f"    remote = {conf['core']['remote']}"]
         for name, remote in conf["remote"].items():

@@ -7,7 +7,8 @@ view; anyone else: their own uid in a user namespace, `--cap-drop ALL`); new pid
 namespaces (no other process, no network, not even this machine's loopback or its abstract Unix sockets) with a
 fresh `/proc`; a file system that holds only the system folders read-only (`SYSTEM`), the Python installation
 read-only, an empty `/tmp` and an empty home, the project's `.git` read-only with its config reduced to the core
-settings, and the re-run's own folder writable (its raw data hard links read-only). Not there: the rest of the
+settings, and the re-run's own folder writable (its raw data hard links read-only; any other file it shares
+with the auditor's, a DVC cache's hard link, replaced by a copy first: `workfolder`). Not there: the rest of the
 project (`.env`, `.dvc/config.local`), your home, `/root`, `/home`, `/run`, `/var` and the host's `/tmp`, so no
 host Unix socket either. The environment is an allowlist (`environment`), handed to bwrap as its whole
 environment (bwrap's `--setenv` would show the values in the process list).
@@ -21,13 +22,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Optional
 
+from tfpipe.audit import workfolder
 from tfpipe.audit.common import UserError
 from tfpipe.audit.trust import ENV_SECRET
 from tfpipe.errors import one_line
@@ -171,8 +172,9 @@ def wrap(cmd: list, folder: Path, project: Optional[Path], privileged: Optional[
     folder, home = Path(folder).resolve(), _home()
     project = Path(project).resolve() if project is not None else None
     (folder / "tmp").mkdir(exist_ok=True)
+    workfolder.own_copies(folder)  # no file shared with the auditor's (a DVC cache's link) but the raw data
     if privileged:
-        hand_over(folder)
+        workfolder.hand_over(folder, NOBODY)
     argv = [shutil.which("bwrap") or "bwrap", *_namespaces(privileged), "--die-with-parent", "--new-session"]
     argv += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp", *_system()]
     argv += [*_parents(home), "--perms", "0777", "--tmpfs", str(home)]
@@ -182,7 +184,7 @@ def wrap(cmd: list, folder: Path, project: Optional[Path], privileged: Optional[
         argv += _bind(kept, kept)
     argv += _git_dir(project, folder) if project is not None else []
     argv += _bind(folder, folder, writable=True)
-    raw = folder / "worktree" / "data" / "raw"
+    raw = workfolder.raw(folder)
     if raw.is_dir():  # hard links to the auditor's raw files: writing them would write those
         argv += ["--ro-bind", str(raw), str(raw)]
     return [*_once(argv), "--", *(_drop() if privileged else []), *cmd]
@@ -236,40 +238,6 @@ def _common_git_dir(project: Path) -> Optional[Path]:
     gitdir = (project / line[len("gitdir: ") :]).resolve()
     common = gitdir / "commondir"
     return (gitdir / common.read_text(encoding="utf-8").strip()).resolve() if common.is_file() else gitdir
-
-
-def hand_over(folder: Path) -> None:
-    """Root auditing: what `folder` holds becomes uid 65534's, the folder itself stays root's (its lock, and the
-    removal of a killed audit's folder, go by its owner) with group 65534 writing and the sticky bit (root's
-    files in it stay root's). Hard-linked files (the auditor's raw data, DVC's cache) and the lock keep their
-    owner, so uid 65534 cannot write them; the raw data is made readable (`_readable`)."""
-    os.chown(folder, -1, NOBODY)
-    os.chmod(folder, 0o1770)
-    raw = folder / "worktree" / "data" / "raw"
-    for top, dirs, files in os.walk(folder):
-        if Path(top).is_relative_to(raw):
-            _readable(Path(top), files)
-            continue
-        for name in dirs + files:
-            path = os.path.join(top, name)
-            st = os.lstat(path)
-            if (top == str(folder) and name == ".lock") or (not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1):
-                continue
-            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
-
-
-def _readable(top: Path, files: list) -> None:
-    """A folder of the worktree's raw data (its own copy) opened to uid 65534; a file there it could not read (a
-    hard link to the auditor's own, 0600) replaced by a readable copy, the auditor's file left as it is."""
-    top.chmod(stat.S_IMODE(top.lstat().st_mode) | 0o555)
-    for name in files:
-        path = top / name
-        st = path.lstat()
-        if stat.S_ISREG(st.st_mode) and not st.st_mode & stat.S_IROTH:
-            copy = top / f".{name}.tfpipe-copy"
-            shutil.copyfile(path, copy)
-            copy.chmod(0o444)
-            os.replace(copy, path)
 
 
 def _core_settings(git_config: Path) -> str:

@@ -1,12 +1,12 @@
 """Serving a logged model over HTTP: `tfpipe serve MODEL_URI [--port 5000] [--host 127.0.0.1] [--timeout 60]
-[--max-body-bytes N]`.
+[--max-body-bytes N] [--max-in-flight 8]`.
 
 `mlflow models serve -m URI` runs the code the model folder names, as the store holds it now: anyone with EDIT on
 the store can change that. This command first downloads the model and checks it as batch prediction does (its
 MLmodel loads tfpipe's shipped serving_model.py, the SavedModel is whole against its seal and, for a runs:/ or
 models:/ URI, is the one its run logged), then serves that checked copy with MLflow's own scoring app behind
 tfpipe's limits (tfpipe.tracking.serving_app: a body limit, the content types the model takes, raw JPEG/PNG
-images, a time limit that stops the work) in one worker process, in the current environment, and removes the
+images, a time limit that stops the work, a cap on predictions in flight past which a request is 503 at once) in one worker process, in the current environment, and removes the
 copy when the server stops (Ctrl-C). A local folder (your own) is checked and served in place.
 This process is the worker's supervisor: it holds the listening socket, so a worker stopped after a request passed
 --timeout is replaced while new requests wait in the socket's queue.
@@ -51,6 +51,13 @@ def main(argv=None, prog: str = "python -m pipeline.serve") -> int:
         help="largest request body, also once inflated (default: 256 examples of the model's input as JSON)",
     )
     parser.add_argument(
+        "--max-in-flight",
+        type=_positive(int),
+        default=None,
+        help="predictions computed at a time; past them a request is answered 503 with Retry-After at once "
+        "(default: 8)",
+    )
+    parser.add_argument(
         "--tracking-uri", default=None, help="MLflow store (default: MLFLOW_TRACKING_URI or params.yaml)"
     )
     args = parser.parse_args(argv)
@@ -75,7 +82,7 @@ def main(argv=None, prog: str = "python -m pipeline.serve") -> int:
             flush=True,
         )
         with listener:
-            return _serve(local, listener, args.timeout, args.max_body_bytes or 0)
+            return _serve(local, listener, args.timeout, args.max_body_bytes or 0, args.max_in_flight or 0)
     finally:
         shutil.rmtree(copy, ignore_errors=True)
 
@@ -101,7 +108,7 @@ def _listen(host: str, port: int) -> socket.socket:
         raise UserError(f"cannot listen on {host}:{port}: {why}") from None
 
 
-def _serve(folder: Path, listener: socket.socket, timeout: float, max_body: int) -> int:
+def _serve(folder: Path, listener: socket.socket, timeout: float, max_body: int, max_in_flight: int) -> int:
     """Run workers until one ends other than by a request passing --timeout (that one is replaced); a stop by
     signal N (SIGTERM; Ctrl-C's SIGINT) exits 128+N, as the stages do."""
     from tfpipe.tracking.serving_app import TIMED_OUT
@@ -115,6 +122,7 @@ def _serve(folder: Path, listener: socket.socket, timeout: float, max_body: int)
         str(fd),
         repr(timeout),
         str(max_body),
+        str(max_in_flight),
     ]
     stopped, worker = [], []
 

@@ -4,6 +4,12 @@
     {"run_id", "run_name", "status", "tracking_uri", "params": {..}, "tags": {..}, "metrics": {..},
      "config": dict|None (config/resolved.yaml), "provenance": dict|None (provenance/provenance.json),
      "dvc_lock": str|None (provenance/dvc.lock)}
+Its "config" is the artifact only as far as the run's immutable params vouch for it (`checked_config`): anyone
+with EDIT may replace the artifact, nobody a logged param, and the train stage logs the config both ways. Every
+leaf must equal its param as the run logged it (`str`, None as 'None'), and every param of the config must be a
+leaf; a changed value, an added or a missing key, a leaf longer than a param keeps is one line (TrackingError,
+exit 2) naming the key. What it cannot tell: a leaf's type where the text is the same (`1` and `'1'`), which the
+stages' schema checks.
 `load_data_report(uri, run_id)`: the run's data/report.json as a dict, or None (only `compare` and
 `audit --against` need it). `git_diff` is the artifact's bytes exactly (undecodable bytes as surrogate
 escapes, a carriage return kept): what `audit --rerun` shows, digests and applies. `sealed_weights(uri,
@@ -24,13 +30,16 @@ from mlflow.exceptions import MlflowException
 from tfpipe.errors import TrackingError
 from tfpipe.errors import one_line as _one_line
 from tfpipe.tracking import backend
-from tfpipe.tracking.redact import redact_url
+from tfpipe.tracking.groups import MAX_PARAM_VALUE
+from tfpipe.tracking.redact import redact, redact_strings, redact_url
 from tfpipe.tracking.run import CONFIG_ARTIFACT
+from tfpipe.tracking.sink import MAX_KEY
 
 PROVENANCE_ARTIFACT = "provenance/provenance.json"
 DVC_LOCK_ARTIFACT = "provenance/dvc.lock"
 DATA_REPORT_ARTIFACT = "data/report.json"  # the prepared data's report, logged by train (tfpipe.stages)
 AUDIT_REPORT_DIR = "audit"
+OUTCOME_PARAMS = "tfpipe."  # params the run logs beside its config: the model's digest, the final figures
 
 
 def _client(uri: str) -> MlflowClient:
@@ -88,7 +97,9 @@ def load_run(uri: str, run_id: str) -> dict:
         "params": dict(run.data.params),
         "tags": dict(run.data.tags),
         "metrics": dict(run.data.metrics),
-        "config": yaml.safe_load(config_text) if config_text else None,
+        "config": checked_config(
+            yaml.safe_load(config_text) if config_text else None, run.data.params, run_id
+        ),
         "provenance": json.loads(prov_text) if prov_text else None,
         "dvc_lock": _artifact_text(client, run_id, DVC_LOCK_ARTIFACT),
         "git_diff": _artifact_text(client, run_id, "provenance/git_diff.patch", exact=True),
@@ -96,15 +107,77 @@ def load_run(uri: str, run_id: str) -> dict:
     }
 
 
+def config_params(tree: dict, prefix: str = "", where: str = CONFIG_ARTIFACT, out=None) -> dict:
+    """dotted key -> the text the run's param of that key holds (what vouches for a recorded config), as
+    `Config.flat` and `groups.param_strings` make them: mappings walked, anything else one leaf, None as 'None';
+    a key reached twice (`a.b` and `a: {b}`) is refused."""
+    out = {} if out is None else out
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            config_params(value, dotted + ".", where, out)
+            continue
+        if dotted in out:
+            raise TrackingError(
+                _one_line(f"{where}: {dotted} is there twice; a recorded config holds each key once")
+            )
+        out[dotted] = "None" if value is None else str(value)
+    return out
+
+
+def checked_config(config, params: dict, run_id: str):
+    """`config` (the artifact, parsed) when each of its values is the run's immutable param of that key and it
+    holds every param of the config (all but the outcome's, OUTCOME_PARAMS); TrackingError in one line naming the
+    first key that differs, is added, is missing or is too long for a param to vouch for it."""
+    if config is None:
+        return None
+    where = f"run {run_id}: {CONFIG_ARTIFACT}"
+    if not isinstance(config, dict):
+        raise TrackingError(f"{where} is a {type(config).__name__}, not a mapping of config sections")
+    logged = {k: v for k, v in params.items() if not k.startswith(OUTCOME_PARAMS)}
+    leaves = config_params(config, where=where)
+    for key, text in leaves.items():
+        if len(key) > MAX_KEY or len(text) > MAX_PARAM_VALUE:
+            raise TrackingError(
+                _one_line(
+                    f"{where}: {key[:80]} is longer than a logged param keeps ({MAX_KEY} characters a key, "
+                    f"{MAX_PARAM_VALUE} a value): it cannot be checked against the run's params; refused"
+                )
+            )
+        if key not in logged:
+            raise TrackingError(
+                _one_line(
+                    f"{where}: {key} is not among the params the run logged (added after the run); refused"
+                )
+            )
+        if text != logged[key]:
+            raise TrackingError(
+                _one_line(
+                    f"{where}: {key}={text[:80]!r} differs from the run's immutable param {key}="
+                    f"{logged[key][:80]!r} (the artifact was replaced); refused"
+                )
+            )
+    missing = sorted(set(logged) - set(leaves))
+    if missing:
+        raise TrackingError(
+            _one_line(
+                f"{where}: {missing[0]} (a param the run logged) is missing from it"
+                f"{f' with {len(missing) - 1} more' if len(missing) > 1 else ''}; refused"
+            )
+        )
+    return config
+
+
 def record_audit(uri: str, run_id: str, tags: dict, report: dict, report_name: str) -> str | None:
-    """Tag the run and log `audit/<report_name>` (JSON) without touching its metrics or status. An auditor who
+    """Tag the run and log `audit/<report_name>` (JSON), both redacted (`redact`: secret-looking keys and every
+    string through `redact_text`), without touching its metrics or status. An auditor who
     may only read the run's experiment (a team server's default READ) gets the line that says so, not an
     error."""
     client = _client(uri)
-    try:
-        for key, value in tags.items():
-            client.set_tag(run_id, key, str(value))
-        client.log_dict(run_id, report, f"{AUDIT_REPORT_DIR}/{report_name}")
+    try:  # what goes to the store passes the redactor, as every record does (a diff, a log line may hold a key)
+        for key, value in redact({k: str(v) for k, v in tags.items()}).items():
+            client.set_tag(run_id, key, value)
+        client.log_dict(run_id, redact_strings(report), f"{AUDIT_REPORT_DIR}/{report_name}")
     except MlflowException as exc:
         if exc.error_code == "PERMISSION_DENIED":
             return (

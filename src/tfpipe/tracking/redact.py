@@ -134,9 +134,10 @@ redact_url = redact_text  # the name the URI error messages use
 
 
 def redact_strings(tree):
-    """`redact_text` applied to every string leaf of nested dicts/lists, keys kept (provenance.json)."""
+    """`redact_text` applied to every string of nested dicts/lists, the keys too (provenance.json, a data report
+    whose class names or file names are keys, an audit's report); a key that is no secret is kept as it is."""
     if isinstance(tree, dict):
-        return {k: redact_strings(v) for k, v in tree.items()}
+        return {(redact_text(k) if isinstance(k, str) else k): redact_strings(v) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
         return [redact_strings(v) for v in tree]
     return redact_text(tree) if isinstance(tree, str) else tree

@@ -15,10 +15,14 @@ behind `Limits`, a pure-ASGI middleware holding what MLflow's app does not:
   tfpipe.commands.serve (the supervisor, which holds the listening socket) starts a fresh worker that answers the
   next request. Other requests in flight in this worker at that moment lose their connection. The 504 goes out
   when the event loop next runs: TensorFlow releases the GIL while it computes, one C call holding it (json.loads
-  of a large body) delays the answer by its length.
+  of a large body) delays the answer by its length;
+- a cap on predictions in flight (`--max-in-flight`, default DEFAULT_MAX_IN_FLIGHT): a POST /invocations past it
+  is answered 503 with `Retry-After` at once, its body unread, so at most the cap's bodies are held and computed
+  at a time and nothing queues in the worker (connections waiting in the listening socket's backlog are the
+  kernel's, answered as they are accepted). /ping and /health are never capped.
 
-Run by the supervisor as `python -m tfpipe.tracking.serving_app FOLDER FD TIMEOUT MAX_BODY_BYTES` (FD: the
-listening socket it passes; MAX_BODY_BYTES 0: the default). Imports nothing heavy until the worker starts."""
+Run by the supervisor as `python -m tfpipe.tracking.serving_app FOLDER FD TIMEOUT MAX_BODY_BYTES MAX_IN_FLIGHT`
+(FD: the listening socket it passes; MAX_BODY_BYTES 0: the default). Imports nothing heavy until the worker starts."""
 
 from __future__ import annotations
 
@@ -38,6 +42,10 @@ TIMED_OUT = 75  # the worker's exit code after a request passed the time limit: 
 JSON, CSV, MULTIPART = "application/json", "text/csv", "multipart/form-data"
 IMAGE_TYPES = ("image/jpeg", "image/png", MULTIPART)
 ENCODINGS = ("identity", "gzip")
+# Predictions one worker holds and computes at a time; past it, 503 at once. Each holds a body of up to
+# --max-body-bytes and its tensors: 8 of the default 256-image bodies stay under 100 MB of JSON.
+DEFAULT_MAX_IN_FLIGHT = 8
+RETRY_AFTER = 1  # seconds a client refused for the cap is told to wait (the Retry-After header)
 
 
 def default_max_body(modality: str, image_shape) -> int:
@@ -59,8 +67,11 @@ class Limits:
     """Pure-ASGI middleware in front of MLflow's scoring app: body and time limits, content types, images.
     `stop_accepting` and `exit` are set by the worker (the uvicorn server's listeners; os._exit)."""
 
-    def __init__(self, app, *, max_body: int, timeout: float, image_shape=None):
+    def __init__(
+        self, app, *, max_body: int, timeout: float, image_shape=None, max_in_flight=DEFAULT_MAX_IN_FLIGHT
+    ):
         self.app, self.max_body, self.timeout, self.image_shape = app, max_body, timeout, image_shape
+        self.max_in_flight, self.in_flight = max_in_flight, 0  # one event loop: no lock needed
         self.types = accepted_types("image" if image_shape else "text")
         self.stop_accepting = lambda: None
         self.exit = lambda: os._exit(TIMED_OUT)
@@ -68,6 +79,22 @@ class Limits:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":  # lifespan
             return await self.app(scope, receive, send)
+        if not (scope["method"] == "POST" and scope["path"].rstrip("/") == "/invocations"):
+            return await self._limited(scope, receive, send)
+        if self.in_flight >= self.max_in_flight:
+            line = (
+                f"this server is computing {self.in_flight} predictions, its limit (--max-in-flight "
+                f"{self.max_in_flight}); retry after {RETRY_AFTER} s"
+            )
+            return await reply(send, 503, "TEMPORARILY_UNAVAILABLE", line, retry_after=RETRY_AFTER)
+        self.in_flight += 1
+        try:
+            return await self._limited(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    async def _limited(self, scope, receive, send):
+        """One request under the body, type and time limits."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
@@ -183,7 +210,7 @@ class Limits:
         await self.app(scope, replay, send)
 
 
-async def reply(send, status: int, code: str, line: str) -> None:
+async def reply(send, status: int, code: str, line: str, retry_after: int | None = None) -> None:
     """A one-line error answer in MLflow's form; the connection closes after it (a body left unread)."""
     content = json.dumps({"error_code": code, "message": line}).encode()
     headers = [
@@ -191,15 +218,18 @@ async def reply(send, status: int, code: str, line: str) -> None:
         (b"content-length", str(len(content)).encode()),
         (b"connection", b"close"),
     ]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": content})
 
 
-def limits_line(modality: str, image_shape, max_body: int, timeout: float) -> str:
+def limits_line(modality: str, image_shape, max_body: int, timeout: float, max_in_flight: int) -> str:
     example = "x".join(map(str, image_shape)) + " images" if modality == "image" else "texts"
     return (
         f"serve: limits: bodies up to {max_body} bytes (--max-body-bytes; {BATCH_LIMIT} {example} as JSON by "
-        f"default), {timeout:g} s a request (--timeout); accepts {', '.join(accepted_types(modality))}"
+        f"default), {timeout:g} s a request (--timeout), {max_in_flight} predictions at a time (--max-in-flight); "
+        f"accepts {', '.join(accepted_types(modality))}"
     )
 
 
@@ -223,8 +253,8 @@ def main(argv=None) -> int:
     """The worker: load the checked model, serve it on the listening socket FD until stopped."""
     import socket
 
-    folder, fd, timeout, max_body = (sys.argv[1:] if argv is None else argv)[:4]
-    timeout = float(timeout)
+    folder, fd, timeout, max_body, max_in_flight = (sys.argv[1:] if argv is None else argv)[:5]
+    timeout, max_in_flight = float(timeout), int(max_in_flight) or DEFAULT_MAX_IN_FLIGHT
     # MLflow's own timeout only stops waiting (its work goes on): set past ours, so ours answers and stops it
     os.environ["MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT"] = str(int(timeout) + 60)
     import uvicorn
@@ -242,10 +272,16 @@ def main(argv=None) -> int:
         print(f"serve: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     max_body = int(max_body) or default_max_body(modality, image_shape)
-    app = Limits(scoring_server.init(model), max_body=max_body, timeout=timeout, image_shape=image_shape)
+    app = Limits(
+        scoring_server.init(model),
+        max_body=max_body,
+        timeout=timeout,
+        image_shape=image_shape,
+        max_in_flight=max_in_flight,
+    )
     server = uvicorn.Server(uvicorn.Config(app, timeout_graceful_shutdown=int(timeout) + 1))
     app.stop_accepting = lambda: [listener.close() for listener in getattr(server, "servers", [])]
-    print(limits_line(modality, image_shape, max_body, timeout), flush=True)
+    print(limits_line(modality, image_shape, max_body, timeout, max_in_flight), flush=True)
     server.run(sockets=[socket.socket(fileno=int(fd))])
     return 0
 
