@@ -56,7 +56,9 @@ def test_image_manifest_counts_classes_and_shards(prepared_image):
         "path": manifest["source"]["path"],
         "tfds_name": None,
         "version": None,
-        "digest": manifest["source"]["digest"],  # DVC's md5 of the folder (tests/test_queue_without_dvc_add.py)
+        "digest": manifest["source"][
+            "digest"
+        ],  # DVC's md5 of the folder (tests/test_queue_without_dvc_add.py)
     }
     assert Path(manifest["source"]["path"]).name == Path(cfg.data.path).name
     assert manifest["class_names"] == ["blue", "green", "red"] and manifest["num_classes"] == 3

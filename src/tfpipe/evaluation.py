@@ -42,9 +42,9 @@ class EvalResult:
     macro_recall: float
     macro_f1: float
     confusion: np.ndarray  # [K, K] counts, rows = actual, columns = predicted
+    labels: np.ndarray = field(repr=False)  # [N] actual class indices
+    predictions: np.ndarray = field(repr=False)  # [N] argmax class indices
     roc_auc: Optional[float] = None  # binary tasks with both classes present
-    labels: np.ndarray = field(default=None, repr=False)  # [N] actual class indices
-    predictions: np.ndarray = field(default=None, repr=False)  # [N] argmax class indices
     # on the test split without the examples that duplicate a train example (the data report's leakage list);
     # None when there are none
     accuracy_dedup: Optional[float] = None
@@ -63,6 +63,7 @@ class EvalResult:
             out["roc_auc"] = self.roc_auc
         if self.accuracy_dedup is not None:
             out["accuracy_dedup"] = self.accuracy_dedup
+        if self.num_examples_dedup is not None:  # set with accuracy_dedup
             out["num_examples_dedup"] = self.num_examples_dedup
         return out
 
@@ -198,17 +199,19 @@ def evaluate(
     dataset = data.make_dataset(
         prepared_dir, TEST_SPLIT, batch_size=batch_size, training=False, seed=0, cache=False
     )
-    labels, probabilities, leaked = [], [], []
+    label_batches: list[np.ndarray] = []
+    probability_batches: list[np.ndarray] = []
+    leaked: list[bool] = []
     total = -(-int(manifest["splits"][TEST_SPLIT]["num_examples"]) // batch_size)
     batches = progress.bar(total, "evaluate", "batch", iterable=dataset) if progress.wanted() else dataset
     for features, batch_labels in batches:
-        probabilities.append(fn(**{input_name: features})[output].numpy())
-        labels.append(batch_labels.numpy())
+        probability_batches.append(fn(**{input_name: features})[output].numpy())
+        label_batches.append(batch_labels.numpy())
         leaked.extend(_leaked(manifest["modality"], features.numpy(), leaked_hashes))
     del loaded
     k = len(class_names)
-    labels = np.concatenate(labels) if labels else np.zeros(0, dtype=np.int64)
-    probabilities = np.concatenate(probabilities) if probabilities else np.zeros((0, k))
+    labels = np.concatenate(label_batches) if label_batches else np.zeros(0, dtype=np.int64)
+    probabilities = np.concatenate(probability_batches) if probability_batches else np.zeros((0, k))
     result = score(labels, probabilities, class_names)
     keep = ~np.asarray(leaked, dtype=bool)
     if leaked and not keep.all():

@@ -88,16 +88,6 @@ def scratch_folder(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 def mirror(source: str | os.PathLike, target: str | os.PathLike, last: str = "") -> None:
     """Make the flat folder `target` hold exactly the regular files of `source`, by hard links where the two
     share a file system (a copy elsewhere). Written for folders whose files are replaced by a rename, never

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.abc
 import os
 import sys
+from types import FrameType
 
 EXTRAS = frozenset({"matplotlib", "sklearn", "pandas", "IPython"})  # top-level package names
 KEEP_ENV = "TFPIPE_KERAS_EXTRAS"
@@ -33,7 +34,7 @@ class _RefuseKerasExtras(importlib.abc.MetaPathFinder):
 
 def _importer() -> str:
     """The module whose code asked for the import: the first frame outside the import machinery."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
         frame = frame.f_back
     return frame.f_globals.get("__name__", "") if frame is not None else ""

@@ -24,10 +24,13 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple
 
 from tfpipe.hooks import Hook
 from tfpipe.profiling import PROFILE_SUBDIR, ProfilerHook  # noqa: F401 - PROFILE_SUBDIR: the log layout
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +137,7 @@ class TensorBoardHook(Hook):
         self.model = model
         self.optimizer = optimizer
         self.histogram_every_epochs = int(histogram_every_epochs)
-        self._writers: Dict[str, object] = {}
+        self._writers: Dict[str, tf.summary.SummaryWriter] = {}
 
     def on_train_begin(self, step: int) -> None:
         if self.model is not None:

@@ -5,8 +5,9 @@ pages need them). Built by `tfpipe.monitoring.build_hooks`, chief only."""
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Any, Dict, Tuple
 
 from tfpipe.hooks import Hook
 
@@ -23,7 +24,7 @@ class ProfilerHook(Hook):
         self.profile_steps = profile_steps
         self._profiling = False
         self._profiled = False
-        self._trace = None
+        self._trace: AbstractContextManager[Any] | None = None  # a tf.profiler.experimental.Trace
 
     @property
     def profile_dir(self) -> Path:
@@ -87,8 +88,9 @@ class ProfilerHook(Hook):
         which the profiler's overview and input-pipeline pages need."""
         import tensorflow as tf
 
-        self._trace = tf.profiler.experimental.Trace("train", step_num=int(step), _r=1)
-        self._trace.__enter__()
+        trace = tf.profiler.experimental.Trace("train", step_num=int(step), _r=1)
+        trace.__enter__()
+        self._trace = trace
 
     def _end_step_trace(self) -> None:
         if self._trace is not None:

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from tfpipe.errors import UserError
 from tfpipe.hooks import Hook
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 ENV = "TFPIPE_PROGRESS"
 MODES = ("auto", "bar", "log")
@@ -24,7 +28,7 @@ def wanted(stream=None) -> bool:
     return mode == "bar" or (mode == "auto" and stream.isatty())
 
 
-def bar(total: int, desc: str, unit: str, initial: int = 0, stream=None, iterable=None):
+def bar(total: int, desc: str, unit: str, initial: int = 0, stream=None, iterable=None) -> tqdm:
     """A tqdm bar on `stream` (stderr); over `iterable` when given (closed when it is exhausted)."""
     from tqdm.auto import tqdm
 
@@ -38,26 +42,33 @@ class ProgressHook(Hook):
 
     def __init__(self, epochs: int, steps_per_epoch: int, stream=None):
         self.epochs, self.steps_per_epoch, self.stream = epochs, steps_per_epoch, stream
-        self.bar, self.step = None, 0
+        self.bar: tqdm | None = None
+        self.step = 0
 
     def on_train_begin(self, step: int) -> None:
         self.step = step
         self.bar = bar(self.epochs * self.steps_per_epoch, self._desc(step), "step", step, self.stream)
 
     def on_steps_end(self, step: int) -> None:
-        self.bar.update(step - self.step)
+        self._open().update(step - self.step)
         self.step = step
-        self.bar.set_description(self._desc(step), refresh=False)
+        self._open().set_description(self._desc(step), refresh=False)
 
     def on_log(self, step: int, metrics) -> None:
-        self.bar.set_postfix(loss=f"{metrics['train_loss']:.4f}", ex_s=f"{metrics['examples_per_sec']:.0f}")
+        self._open().set_postfix(
+            loss=f"{metrics['train_loss']:.4f}", ex_s=f"{metrics['examples_per_sec']:.0f}"
+        )
 
     def on_epoch_end(self, epoch: int, row) -> None:
-        self.bar.set_postfix(val_loss=f"{row['val_loss']:.4f}", val_acc=f"{row['val_accuracy']:.4f}")
+        self._open().set_postfix(val_loss=f"{row['val_loss']:.4f}", val_acc=f"{row['val_accuracy']:.4f}")
 
     def on_train_end(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+    def _open(self) -> tqdm:
+        assert self.bar is not None, "on_train_begin opens the bar"
+        return self.bar
 
     def _desc(self, step: int) -> str:
         epoch = min(step // max(self.steps_per_epoch, 1) + 1, self.epochs)

@@ -134,7 +134,9 @@ def _log_data_report(run, prepared: Path) -> None:
 
     report = load_report(prepared)
     if report is not None:
-        run.log_dict(report, f"data/{REPORT_FILE}")  # through the redactor: names and settings come from the data
+        run.log_dict(
+            report, f"data/{REPORT_FILE}"
+        )  # through the redactor: names and settings come from the data
         run.set_tags({f"data.{k}": v for k, v in headline(report).items()})
 
 

@@ -27,10 +27,13 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 from tfpipe import files
 from tfpipe.errors import UserError, one_line
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ class WorkDir:
         self.checkpoint_dir = self.path / CHECKPOINTS
         self.saved_model_dir = self.path / SAVED_MODEL
         self.history: List[dict] = []
-        self._manager = None
+        self._manager: Optional[tf.train.CheckpointManager] = None  # open_checkpoints() makes it
         self._scratch: Optional[Path] = None
 
     # -- before training (chief): resume or start clean
@@ -207,6 +210,7 @@ class WorkDir:
         before it stay intact, and the same command resumes from the newest once the cause is fixed)."""
         import tensorflow as tf
 
+        assert self._manager is not None, "open_checkpoints() comes before a save"
         try:
             self._manager.save(checkpoint_number=step)
         except (tf.errors.OpError, OSError) as exc:

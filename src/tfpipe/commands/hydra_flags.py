@@ -10,6 +10,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from tfpipe.errors import USER_ERRORS, ConfigError, one_line
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK  # EXIT_BAD_INPUT: also imported from here
@@ -100,7 +101,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     add("--run", "-r", action="store_true", help="run the stage (what it does anyway)")
     add("--multirun", "-m", action="store_true", help="sweeps: tfpipe sweep --multirun KEY=A,B")
     for dest, (flags, _) in _ONE_LINE_ANSWERS.items():
-        kind = {"action": "store_true"} if dest == "shell_completion" else {"metavar": "X"}
+        kind: dict[str, Any] = {"action": "store_true"} if dest == "shell_completion" else {"metavar": "X"}
         add(*flags, **kind, help="Hydra's; answers what to use here")
 
 

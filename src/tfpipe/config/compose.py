@@ -80,9 +80,19 @@ def resolved(cfg, overrides=()) -> dict:
     cfg = copy.deepcopy(cfg)  # resolved in place; the caller's keeps its interpolations
     try:
         OmegaConf.resolve(cfg)  # a value interpolating a `???` stays `???`: the load names the required key
-        return OmegaConf.to_container(cfg)
+        return plain(cfg)
     except (OmegaConfBaseException, ValueError) as exc:
         raise hydra_error(exc, overrides) from None
+
+
+def plain(cfg, resolve: bool = True) -> dict:
+    """A DictConfig as plain dicts and lists (OmegaConf.to_container, whose result for a mapping is a dict)."""
+    from omegaconf import OmegaConf
+
+    container = OmegaConf.to_container(cfg, resolve=resolve)
+    if not isinstance(container, dict):
+        raise TypeError(f"a config mapping was expected, not {type(container).__name__}")
+    return container
 
 
 def compose_yaml(

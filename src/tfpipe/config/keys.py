@@ -78,14 +78,15 @@ def schema_type(dotted: str) -> Optional[Any]:
 
 def _deeper(typed: str) -> str:
     """' (did you mean 'train.epochs'?)' for 'epochs': the keys further down whose last part is what was typed."""
-    found, todo = [], [("", Config)]
+    found: list[str] = []
+    todo: list[tuple[str, type]] = [("", Config)]
     while todo:
         path, tp = todo.pop(0)
         for name, child in _children(tp).items():
             key = f"{path}{name}"
             if key.endswith(f".{typed}"):
                 found.append(key)
-            if dataclasses.is_dataclass(child):
+            if isinstance(child, type) and dataclasses.is_dataclass(child):
                 todo.append((f"{key}.", child))
     return f" (did you mean {' or '.join(repr(k) for k in found[:3])}?)" if found else ""
 

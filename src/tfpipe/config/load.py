@@ -90,6 +90,7 @@ def _typed(section: str, raw: Any):
     except ConfigKeyError as exc:
         from tfpipe.config.keys import unknown_key
 
+        assert exc.full_key is not None, "OmegaConf names the key of a ConfigKeyError"
         parent = _class_at(cls, exc.full_key.split(".")[:-1])
         shown = _value_at(raw, exc.full_key)
         raise unknown_key(f"{section}.{exc.full_key}", schema.fields_of(parent), value=shown) from None

@@ -33,6 +33,7 @@ from tfpipe.config.compose import (
     compose_conf,
     compose_dict,
     hydra_error,
+    plain,
     read_params,
     resolved,
     search_dirs,
@@ -127,6 +128,7 @@ def split_overrides(overrides, config_dir=CONF_DIR) -> tuple[list, list]:
 
 def _parts(override: str) -> tuple[str, str, str | None]:
     match = _OVERRIDE.match(override)
+    assert match is not None, f"{override!r}: check_overrides refuses a malformed override first"
     return match["prefix"] or "", match["key"].strip(), match["value"]
 
 
@@ -181,7 +183,7 @@ def _restore_interpolations(base, conf) -> None:
     from omegaconf import DictConfig, ListConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    for key, expr in _interpolations(OmegaConf.to_container(conf, resolve=False)):
+    for key, expr in _interpolations(plain(conf, resolve=False)):
         old = OmegaConf.select(base, key, default=_ABSENT)
         if old is _ABSENT or isinstance(old, (DictConfig, ListConfig)):
             continue

@@ -198,7 +198,9 @@ def section_schemas(raw: dict) -> dict:
     """Section name -> schema class for a raw config (the model's schema is picked by model.name)."""
     from tfpipe.config.train_schema import TrainConfig
 
-    model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
+    model = raw.get("model")
+    if not isinstance(model, dict):
+        model = {}
     name = model.get("name", "cnn")
     if name not in MODEL_SCHEMAS:
         choice("model.name", name, tuple(BUILT_IN))

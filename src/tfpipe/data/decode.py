@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import IO
 
 # The decoders Pillow may use: the formats of the image extensions read (sources.IMAGE_EXTENSIONS), none of the
 # dozens of others Pillow would otherwise try by content (a TIFF or PSD named .png reaches no decoder).
@@ -18,15 +19,15 @@ class Refused(Exception):
     """A file refused before decoding (over a size cap); the message is the reason."""
 
 
-def read_image_file(path: Path, size: list, channels: int, max_pixels: int) -> tuple:
+def read_image_file(path: Path | IO[bytes], size: list, channels: int, max_pixels: int) -> tuple:
     """(raw uint8 HxWxC pixels, (width, height, mode) as the file's header gives them, before any
     conversion or resize: what the data report counts). Raises on an unreadable/corrupt/truncated image,
     Refused (before decoding any pixel: Image.open reads only the header) when the header's width x height
-    is over `max_pixels`."""
+    is over `max_pixels`. `path`: a file, or a binary file object holding one (a served request's image)."""
     from PIL import Image
 
     try:  # a file of another format raises UnidentifiedImageError: an unreadable image
-        image = Image.open(path, formats=IMAGE_FORMATS)
+        image: Image.Image = Image.open(path, formats=IMAGE_FORMATS)
     except Image.DecompressionBombError as exc:  # Pillow's own limit, above ours unless raised
         raise Refused(
             f"image header says more than data.max_image_pixels={max_pixels} pixels ({exc})"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
+from typing import Any
 
 import numpy as np
 
@@ -160,7 +161,9 @@ def _units(members: list, keys: list, near: bool) -> list:
 
 
 def _within(clusters, ex, near: bool, listed: int) -> dict:
-    out = {s: {"groups": 0, "duplicates": 0, "examples": []} for s in ex.split_names}
+    out: dict[str, dict[str, Any]] = {
+        s: {"groups": 0, "duplicates": 0, "examples": []} for s in ex.split_names
+    }
     for members in clusters:
         for split, entry in out.items():
             units = _units([m for m in members if ex.splits[m] == split], ex.keys, near)
@@ -174,7 +177,7 @@ def _within(clusters, ex, near: bool, listed: int) -> dict:
 
 def _across(clusters, ex, listed: int) -> tuple:
     """Per (a, b): b-split examples with a twin in split a (near: a twin of other content); test ids leaked."""
-    out = {f"{a}-{b}": {"examples_in_{}".format(b): 0, "examples": []} for a, b in ACROSS}
+    out: dict[str, dict[str, Any]] = {f"{a}-{b}": {f"examples_in_{b}": 0, "examples": []} for a, b in ACROSS}
     leaked = set()
     for members in clusters:
         for a, b in ACROSS:
@@ -193,7 +196,7 @@ def _across(clusters, ex, listed: int) -> tuple:
 
 
 def _conflicts(clusters, ex, listed: int) -> dict:
-    out = {"groups": 0, "examples": []}
+    out: dict[str, Any] = {"groups": 0, "examples": []}
     for members in clusters:
         units = _units(members, ex.keys, ex.near)
         if len({ex.labels[m] for m in units}) > 1:

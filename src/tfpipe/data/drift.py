@@ -71,6 +71,7 @@ def pin_first(cfg, reference: dict | None, prepared: Path) -> None:
     from tfpipe.data.report import REPORT_FILE
 
     target = reference_path(validation)
+    assert target is not None, "reference=auto names auto_reference"
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     part.write_bytes((Path(prepared) / REPORT_FILE).read_bytes())

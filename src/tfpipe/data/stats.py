@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
@@ -73,8 +74,8 @@ class ImageStats:
     def __init__(self, splits, shape, read_from: str):
         self.shape = tuple(int(d) for d in shape)
         self.read_from = read_from  # where the source images' sizes come from, said in the report
-        self.sizes = {s: Counter() for s in splits}  # {(width, height): examples}
-        self.modes = {s: Counter() for s in splits}
+        self.sizes: dict[str, Counter[tuple[int, int]]] = {s: Counter() for s in splits}  # (width, height)
+        self.modes: dict[str, Counter[str]] = {s: Counter() for s in splits}
         # per split and channel, how many pixels hold each value 0..255: exact mean/std, integer work only
         self.histograms = {s: np.zeros((self.shape[-1], 256), dtype=np.int64) for s in splits}
         self.hashes: list = []
@@ -125,10 +126,12 @@ class TextStats:
         self.standardize = standardize
         self.near_empty_tokens = int(near_empty_tokens)
         self.listed = int(listed)
-        self.chars = {s: [] for s in splits}
-        self.lengths = {s: [] for s in splits}
-        self.counts = {s: Counter() for s in splits}
-        self.empty = {s: {"empty": 0, "near_empty": 0, "examples": []} for s in splits}
+        self.chars: dict[str, list[int]] = {s: [] for s in splits}
+        self.lengths: dict[str, list[int]] = {s: [] for s in splits}
+        self.counts: dict[str, Counter[bytes]] = {s: Counter() for s in splits}
+        self.empty: dict[str, dict[str, Any]] = {
+            s: {"empty": 0, "near_empty": 0, "examples": []} for s in splits
+        }
         self.near_keys: list = []
 
     def add(self, split: str, value: bytes, name: str, text: str, header=None) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 import threading
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 from urllib.parse import urlparse
 from urllib.request import getproxies
 
@@ -170,10 +170,10 @@ def _image_bytes(value) -> bytes:
 class _Stream:
     """Iterates the reads, carving validation from train by a stable hash and capping each split."""
 
-    builder: object
+    builder: Any  # a tfds.core.DatasetBuilder
     reads: list
-    to_value: object
-    to_bytes: object
+    to_value: Callable[[dict], tuple]  # a TFDS example -> (value, label, *source shape)
+    to_bytes: Callable[[Any], bytes]  # a value, as a numpy array -> the prepared example's bytes
     carve: bool
     fraction: float
     seed: int
@@ -222,6 +222,8 @@ def open_tfds(cfg) -> Source:
         )
     known_splits = dict(builder.info.splits) if builder.info.splits else {}
     reads = _reads(cfg, known_splits)
+    to_value: Callable[[dict], tuple]
+    to_bytes: Callable[[Any], bytes]
     if ds_cfg.modality == "image":
         to_value, to_bytes = (
             _ImageValue(int(ds_cfg.image_size[0]), int(ds_cfg.image_size[1]), int(ds_cfg.channels)),

@@ -78,7 +78,7 @@ class ShardedWriter:
         self.split = split
         self.per_shard = int(per_shard)
         self.num_examples = 0
-        self._writer = None
+        self._writer: tf.io.TFRecordWriter | None = None
         self._in_shard = 0
         self._parts: list[tuple[Path, int]] = []
 
@@ -94,6 +94,7 @@ class ShardedWriter:
             self._finish_shard()
 
     def _finish_shard(self) -> None:
+        assert self._writer is not None, "a shard is open"  # write() opened it; close() checks
         self._writer.close()
         self._writer = None
         path, _ = self._parts[-1]

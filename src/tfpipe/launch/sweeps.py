@@ -17,17 +17,17 @@ def run_job(composed) -> None:
     global _parent
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
-    from omegaconf import OmegaConf
 
     from tfpipe import config, stages, tracking
     from tfpipe.config import origin
+    from tfpipe.config.compose import plain
     from tfpipe.errors import USER_ERRORS
 
     root = Path.cwd()  # version_base 1.3: Hydra does not change the working directory
     # the job's config is conf/ with its overrides: its run records them (`tfpipe audit RUN` composes again)
     previous = origin.declare(origin.from_conf(HydraConfig.get().overrides.task or ()))
     try:
-        cfg = config.from_dict(OmegaConf.to_container(composed, resolve=True), origin="conf/ (sweep job)")
+        cfg = config.from_dict(plain(composed), origin="conf/ (sweep job)")
         if _parent is None and HydraConfig.get().mode == RunMode.MULTIRUN:
             args = " ".join(a for a in sys.argv[1:] if a not in ("-m", "--multirun"))
             name = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"

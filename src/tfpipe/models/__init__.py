@@ -34,7 +34,7 @@ def model_inputs(
     """What the task knows, as every builder gets it. `vocab_size`: the tokens of vocab.txt (texts), to which
     the padding and out-of-vocabulary ids are added."""
     is_image = cfg.dataset.modality == "image"
-    if not is_image and (not vocab_size or vocab_size <= 0):
+    if not is_image and (vocab_size is None or vocab_size <= 0):
         raise ValueError(
             f"vocab_size={vocab_size!r}: the text model needs the vocabulary size (tokens in vocab.txt)"
         )
@@ -42,7 +42,7 @@ def model_inputs(
         modality=cfg.dataset.modality,
         num_classes=int(num_classes),
         image_shape=(*cfg.dataset.image_size, cfg.dataset.channels) if is_image else None,
-        vocab_size=None if is_image else int(vocab_size) + NUM_SPECIAL_TOKENS,
+        vocab_size=None if is_image or vocab_size is None else int(vocab_size) + NUM_SPECIAL_TOKENS,
         sequence_length=None if is_image else int(cfg.dataset.sequence_length),
         normalization=normalization,
     )

@@ -156,7 +156,8 @@ def _saver_only(meta, library: dict) -> set:
         name.split(":")[0].lstrip("^")
         for name in (meta.saver_def.save_tensor_name, meta.saver_def.restore_op_name)
     }
-    saver_roots, program_roots = set(), set(meta.object_graph_def.concrete_functions)
+    saver_roots: set[str] = set()
+    program_roots: set[str] = set(meta.object_graph_def.concrete_functions)
     for node in meta.graph_def.node:
         (saver_roots if node.name in saver else program_roots).update(_calls(node, library))
     gradients = {g.function_name: g.gradient_func for g in meta.graph_def.library.gradient}

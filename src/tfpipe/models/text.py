@@ -230,7 +230,7 @@ def class_feature_ids(model: keras.Model, batches, num_classes: int) -> tuple:
     import numpy as np
 
     features = keras.Model(model.inputs, model.get_layer("distinct").output)
-    per_class = [[] for _ in range(num_classes)]
+    per_class: list[list[np.ndarray]] = [[] for _ in range(num_classes)]
     documents = 0
     for tokens, labels in batches:
         ids = np.asarray(features(tokens, training=False))

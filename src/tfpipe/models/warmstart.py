@@ -9,6 +9,7 @@ take what matches, and say which layers those were.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,8 @@ SOURCES = "a tfpipe SavedModel folder, its keras_weights.npz, or a Keras .keras 
 def save_weights_by_path(model, path: Path) -> None:
     """Every weight of `model` under its Keras path, as .npy entries of one .npz (no pickles)."""
     with open(path, "wb") as fh:
-        np.savez(fh, **{w.path: np.asarray(w.numpy()) for w in model.weights})
+        arrays: dict[str, Any] = {w.path: np.asarray(w.numpy()) for w in model.weights}
+        np.savez(fh, **arrays)
 
 
 def read_source(path, key: str = "train.init_from", given: str | None = None) -> dict:
@@ -69,8 +71,9 @@ def apply(model, weights: dict, key: str = "train.init_from") -> dict:
         if not layer.weights:
             continue
         pairs = [(w, weights.get(w.path)) for w in layer.weights]
-        if all(v is not None and tuple(v.shape) == tuple(w.shape) for w, v in pairs):
-            for w, v in pairs:
+        matched = [(w, v) for w, v in pairs if v is not None and tuple(v.shape) == tuple(w.shape)]
+        if len(matched) == len(pairs):
+            for w, v in matched:
                 w.assign(v.astype(w.dtype))
             loaded.append(layer.name)
         else:

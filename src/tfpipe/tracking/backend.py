@@ -126,9 +126,9 @@ def check_reachable(uri: str, timeout: float = REACHABLE_TIMEOUT_S) -> None:
             raise TrackingError(f"tracking URI {shown}: {db if db.exists() else db.parent} is not writable")
         return
     if kind in ("file", ""):
-        path = Path(urllib.parse.urlparse(uri).path if kind == "file" else uri)
-        if not path.parent.is_dir():
-            raise TrackingError(f"tracking URI {shown}: folder {path.parent} does not exist")
+        store = Path(urllib.parse.urlparse(uri).path if kind == "file" else uri)
+        if not store.parent.is_dir():
+            raise TrackingError(f"tracking URI {shown}: folder {store.parent} does not exist")
         return
     if kind in ("http", "https"):
         url = uri.rstrip("/") + "/health"
@@ -242,7 +242,9 @@ def as_default_store(uri: str):
     try:
         yield
     finally:
-        mlflow.set_tracking_uri(previous)  # None: unset again (also the exported MLFLOW_TRACKING_URI)
+        # None: unset again (also the exported MLFLOW_TRACKING_URI): mlflow annotates `uri: str | Path`, but its
+        # body takes None as "unset" (MLFLOW_TRACKING_URI.unset()); no public call unsets it otherwise
+        mlflow.set_tracking_uri(previous)  # type: ignore[arg-type]
 
 
 def ensure_experiment(client, name: str, artifact_location: str | None) -> str:

@@ -58,13 +58,14 @@ def whole_run_id(client: MlflowClient, spec: str, uri: str) -> str:
 def check_recorded_digest(client: MlflowClient, run_id: str, local: Path, spec: str, key: str) -> None:
     """The downloaded SavedModel is the one run `run_id` logged: whole against its seal, and the seal's digest the
     run's DIGEST_PARAM. A model logged before tfpipe recorded the digest is checked against its seal only."""
-    why = check_sealed(local)
+    why = check_sealed(local)  # None: saved_model_folder(local) is a folder, whole against its seal
     recorded = client.get_run(run_id).data.params.get(DIGEST_PARAM)
+    saved = saved_model_folder(local)
     if why is None and recorded is None:
         log.warning(
             "%s=%r: run %s records no %s (logged by an older tfpipe)", key, spec, run_id, DIGEST_PARAM
         )
-    elif why is None and files.seal_digest(saved_model_folder(local)) != recorded:
+    elif why is None and saved is not None and recorded is not None and files.seal_digest(saved) != recorded:
         why = f"its SavedModel is not the one run {run_id} logged ({DIGEST_PARAM} {recorded[:12]}...)"
     if why:
         raise UserError(f"{key}={spec!r}: {why}; refused: changed in the store since it was logged")

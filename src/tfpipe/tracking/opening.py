@@ -206,7 +206,7 @@ def start_run(
     root, base = Path(project_root), _base_name(cfg)
     env_run_id = os.environ.get("MLFLOW_RUN_ID", "").strip() or None
     uri, client, reset_uri = _connect(cfg, root)
-    reopen = bool(resume_run_id) and not env_run_id and _run_exists(client, resume_run_id)
+    reopen = bool(resume_run_id and not env_run_id and _run_exists(client, resume_run_id))
     try:
         active = _open_train_run(cfg, root, client, uri, base, env_run_id, resume_run_id if reopen else None)
     finally:

@@ -8,7 +8,7 @@ import functools
 import logging
 import os
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Literal, Optional, Sequence
 
 import mlflow
 from mlflow import MlflowClient
@@ -30,7 +30,9 @@ CONFIG_ARTIFACT = "config/resolved.yaml"
 
 def reset_tracking_uri(reset: bool) -> None:
     if reset and mlflow.active_run() is None:
-        mlflow.set_tracking_uri(None)  # back to "unset" (also removes the exported env variable)
+        # back to "unset" (also removes the exported env variable): mlflow annotates `uri: str | Path`, but its
+        # body takes None as exactly that (MLFLOW_TRACKING_URI.unset()); no public call unsets it otherwise
+        mlflow.set_tracking_uri(None)  # type: ignore[arg-type]
 
 
 def _status(exc_type, exc) -> str:
@@ -81,7 +83,7 @@ class Run:
     def __enter__(self) -> "Run":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         if _status(exc_type, exc) == "FAILED":  # the reason, searchable: tags.tfpipe.failure
             self._tag_failure(exc)
         self.close(_status(exc_type, exc), _raise=exc_type is None)
@@ -268,7 +270,9 @@ class NullRun(Run):
     active = False
 
     def __init__(self, stage: str = ""):
-        self.run_id = self.experiment_id = self.tracking_uri = self.run_name = None
+        # No MLflow run behind it: its ids are None (what callers test), where a Run's are str; its methods
+        # never read them
+        self.run_id = self.experiment_id = self.tracking_uri = self.run_name = None  # type: ignore[assignment]
         self.stage = stage
 
     def __repr__(self) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from mlflow import MlflowClient
-from mlflow.entities import ViewType
+from mlflow.entities import Run, ViewType
 from mlflow.exceptions import MlflowException
 
 from tfpipe.errors import TrackingError, one_line
@@ -67,7 +67,7 @@ def matching(client: MlflowClient, uri: str, prefix: str, limit: int) -> list:
             token = page.token
             if not token:
                 break
-        found = []
+        found: list[Run] = []
         for i in range(0, len(experiments), EXPERIMENTS_PER_SEARCH):
             found += client.search_runs(
                 experiments[i : i + EXPERIMENTS_PER_SEARCH],

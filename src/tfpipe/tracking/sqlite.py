@@ -29,7 +29,7 @@ def init_store(uri: str) -> None:
     try:
         import fcntl
     except ImportError:  # not POSIX: no lock, as before
-        fcntl = None
+        fcntl = None  # type: ignore[assignment]  # the optional-module idiom: `if fcntl:` below tells them apart
     from mlflow import MlflowClient
 
     folder = os.open(Path(path).parent, os.O_RDONLY)

@@ -10,12 +10,40 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Protocol, Sequence
 
 from tfpipe.errors import DataError
 from tfpipe.hooks import Hook
 
 log = logging.getLogger(__name__)
+
+
+class Runner(Protocol):
+    """What the loop calls on a runner (tfpipe.training.runners: SyncRunner, CoordinatedRunner)."""
+
+    def train(self, num_steps: int) -> int:
+        """Up to `num_steps` optimizer steps; how many ran (0: the stream ended)."""
+        ...
+
+    def sync(self) -> None: ...
+
+    def end_epoch(self) -> None: ...
+
+    def evaluate(self) -> Dict[str, float]: ...
+
+
+class StepMetrics(Protocol):
+    """What the loop reads of the steps (tfpipe.training.steps.Steps): examples trained on and their metrics."""
+
+    global_batch_size: int
+
+    def reset_train_metrics(self) -> None: ...
+
+    def examples(self, window: bool = False) -> float: ...
+
+    def take_window(self) -> Dict[str, float]: ...
+
+    def epoch_metrics(self) -> Dict[str, float]: ...
 
 
 @dataclass
@@ -45,7 +73,7 @@ class LoopResult:
 
 
 class Loop:
-    def __init__(self, runner, steps, hooks: List[Hook], schedule: Schedule):
+    def __init__(self, runner: Runner, steps: StepMetrics, hooks: Sequence[Hook], schedule: Schedule):
         self.runner = runner
         self.steps = steps
         self.hooks = hooks

@@ -41,7 +41,7 @@ class PreemptionHook(StopHook):
     def __init__(self, cluster_resolver):
         super().__init__()
         self.cluster_resolver = cluster_resolver
-        self._handler = None
+        self._handler: Optional[tf.distribute.experimental.PreemptionCheckpointHandler] = None
         self._scratch: Optional[str] = None
         self._agreed = False
 
@@ -60,6 +60,7 @@ class PreemptionHook(StopHook):
         self._agreed = True
 
     def on_steps_end(self, step: int) -> None:
+        assert self._handler is not None, "on_train_begin made the handler"
         if not self._agreed:
             self._handler.save_checkpoint_if_preempted()  # may block until every worker acknowledged
 

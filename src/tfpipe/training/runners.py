@@ -79,7 +79,7 @@ class CoordinatedRunner:
         self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
         self.pipelines = 1  # steps count over all workers together
         self.replicas = distribute.worker_count(strategy)
-        self._remote = []
+        self._remote: list = []  # RemoteValues of the scheduled train steps, not fetched yet
 
     def start(self, steps: Steps, start_epoch: int, start_epoch_step: int) -> None:
         self.steps = steps
@@ -141,7 +141,7 @@ def _evaluate(steps: Steps, dataset, eval_fn, sync) -> Dict[str, float]:
     return {"val_loss": value(steps.val_loss.result()), "val_accuracy": value(steps.val_acc.result())}
 
 
-def build_runner(strategy: tf.distribute.Strategy, task):
+def build_runner(strategy: tf.distribute.Strategy, task) -> SyncRunner | CoordinatedRunner:
     """The runner for a strategy: the one place the training code tells parameter_server apart."""
     return (
         CoordinatedRunner(strategy, task)

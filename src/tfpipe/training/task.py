@@ -52,6 +52,11 @@ class InputSpec:
         return None if self.vocab_tokens is None else len(self.vocab_tokens)
 
     def vectorizer(self):
+        """The text model's TextVectorization; a text spec read from its manifest has all three settings."""
+        if self.vocab_tokens is None or self.sequence_length is None or self.standardize is None:
+            raise ValueError(
+                f"a {self.modality} input spec has no vocabulary, sequence length or standardize"
+            )
         return make_text_vectorizer(self.vocab_tokens, self.sequence_length, self.standardize)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import math
 from pathlib import Path
+from typing import TypeGuard
 
 from tfpipe.errors import ConfigError
 from tfpipe.tuning.space import METRICS, PRUNERS, SAMPLERS, SPEC_KEYS, TuneSpec, optuna_class
@@ -36,10 +37,9 @@ def load_spec(name: str, conf_dir: Path) -> TuneSpec:
 def _compose(name: str, conf_dir: Path) -> dict:
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from tfpipe.config.compose import search_dirs
+    from tfpipe.config.compose import plain, search_dirs
 
     dirs = search_dirs(
         conf_dir
@@ -53,7 +53,7 @@ def _compose(name: str, conf_dir: Path) -> dict:
             cfg = compose(config_name=f"tune/{name}")
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(f"conf/tune/{name}.yaml: {str(exc).splitlines()[0]}") from None
-    raw = OmegaConf.to_container(cfg, resolve=True)
+    raw = plain(cfg)
     return raw["tune"] if set(raw) == {"tune"} else raw  # a primary config in conf/tune/ lands under `tune`
 
 
@@ -92,7 +92,7 @@ def _check_named(where: str, kind: str, named, names: dict) -> None:
             f"got {named!r}"
         )
     name = named.get("name")
-    if name not in names:
+    if not isinstance(name, str) or name not in names:
         raise ConfigError(f"{where}: {kind}.name must be one of {', '.join(names)}, got {name!r}")
     options = [k for k in named if k != "name"]
     allowed = list(inspect.signature(optuna_class(kind, name)).parameters)
@@ -110,7 +110,7 @@ def _check_named(where: str, kind: str, named, names: dict) -> None:
             )
 
 
-def _number(value) -> bool:
+def _number(value) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -126,7 +126,7 @@ def _check_distribution(where: str, dist) -> None:
             f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(RANGE_KEYS)}; or choices alone)"
         )
     low, high, step, kind = dist.get("low"), dist.get("high"), dist.get("step"), dist.get("type", "float")
-    if not all(_number(v) for v in (low, high)):
+    if not (_number(low) and _number(high)):
         raise ConfigError(f"{where}: low and high must be numbers, got low={low!r} high={high!r}")
     if low > high:
         raise ConfigError(f"{where}: low {low} > high {high}")

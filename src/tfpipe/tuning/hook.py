@@ -26,7 +26,8 @@ class TrialHook(Hook):
     def __init__(self, info: dict, epochs: int):
         self.trial = open_trial(info)
         self.metric, self.run_file = info["metric"], info["run_file"]
-        self.epochs, self._prune_epoch = epochs, None
+        self.epochs = epochs
+        self._prune_epoch: int | None = None
 
     def on_train_begin(self, step: int) -> None:
         """The trial names its MLflow run (the train stage wrote the run file): if the tuner dies, the one

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from tfpipe.errors import ConfigError
 
@@ -48,7 +49,7 @@ class TuneSpec:
     space: dict
     overrides: list = field(default_factory=list)
     metric: str = "val_loss"
-    direction: str = "minimize"
+    direction: Literal["minimize", "maximize"] = "minimize"  # check_spec refuses any other
     n_trials: int = 10
     sampler: dict = field(default_factory=lambda: {"name": "tpe", "seed": 0})
     pruner: dict = field(default_factory=lambda: {"name": "median"})
