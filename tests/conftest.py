@@ -149,6 +149,26 @@ def snapshot_changes(before: dict, after: dict) -> list:
     return changed
 
 
+CI_SUMMARY = "ci_summary"  # a test's `record_property(CI_SUMMARY, text)`: printed at the end of the run
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Figures a test measured (the loop's speed ratios, where a stage's seconds go), printed after the results
+    so CI's output shows them (issue 52). Through the reports' user_properties, which xdist workers hand to the
+    controller."""
+    shown = [
+        (report.nodeid, value)
+        for report in terminalreporter.stats.get("passed", [])
+        for name, value in getattr(report, "user_properties", ())
+        if name == CI_SUMMARY and report.when == "call"
+    ]
+    if shown:
+        terminalreporter.section("figures measured by the tests")
+        for nodeid, text in sorted(shown):
+            terminalreporter.write_line(f"{nodeid}:")
+            terminalreporter.write_line(str(text))
+
+
 def pytest_sessionstart(session):
     if hasattr(session.config, "workerinput"):  # an xdist worker: the controller watches the whole run
         return

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import CI_SUMMARY
 
 from tfpipe import data
 
@@ -33,7 +34,7 @@ def _subset(dest: Path) -> Path:
     return _extract_subset(ARCHIVE, pattern, {"train": 1000, "test": 20}, dest)
 
 
-def test_the_loop_keeps_pace_with_plain_keras_and_the_bare_step(tmp_path, make_config):
+def test_the_loop_keeps_pace_with_plain_keras_and_the_bare_step(tmp_path, make_config, record_property):
     if not ARCHIVE.is_file():
         pytest.skip(f"{ARCHIVE} not found (real data lives in ../shared/datasets)")
     raw = _subset(tmp_path / "raw")
@@ -59,4 +60,4 @@ def test_the_loop_keeps_pace_with_plain_keras_and_the_bare_step(tmp_path, make_c
     assert proc.returncode == 0, out[-4000:]
     assert re.search(r"^ok: loop/keras \d+\.\d\dx, loop/bare \d+\.\d\dx", proc.stdout, re.M), out[-4000:]
     assert len(re.findall(r"repeat \d .*examples/s", proc.stdout)) == 9, out[-4000:]  # 3 sides x 3 repeats
-    print(proc.stdout)
+    record_property(CI_SUMMARY, proc.stdout[proc.stdout.index("| configuration") :].strip())

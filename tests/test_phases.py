@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import stage_project
+from conftest import CI_SUMMARY, stage_project
 from test_stages import TINY_TRAIN
 
 from tfpipe import phases
@@ -85,7 +85,9 @@ def test_a_process_records_its_start_and_exit_around_its_phases(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_train_and_evaluate_stage_processes_write_the_benchmarks_phases(prepared_image, tmp_path):
+def test_the_train_and_evaluate_stage_processes_write_the_benchmarks_phases(
+    prepared_image, tmp_path, record_property
+):
     project, env, stage = stage_project(
         tmp_path, prepared_image, *TINY_TRAIN, "tracking.log_model=true", "tracking.register_model=true"
     )
@@ -110,7 +112,7 @@ def test_the_train_and_evaluate_stage_processes_write_the_benchmarks_phases(prep
     }
     assert set(evaluate) == {"evaluate", "open_run", "registry", "evaluate stage", phases.PROCESS}
     assert train[-2:] == ["train stage", phases.PROCESS]  # the stage phase ends last, then the process exits
-    print(_table(phases.read(out), project))  # shown by `pytest -rA`: where a stage process's seconds go
+    record_property(CI_SUMMARY, _table(phases.read(out), project))  # where a stage process's seconds go
 
 
 def _table(records: list, project: Path) -> str:
