@@ -185,6 +185,7 @@ def test_the_default_evaluate_registers_nothing_and_promote_registers_the_run(
         "alias": "champion",
         "previous": None,
         "registered": True,
+        "test": (),  # no champion yet: nothing compared
     }
     assert _versions(tmp_path) == [("tfpipe-cifar10", "1", run_id)]
     tags = _client(tmp_path).get_run(run_id).data.tags

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import time
+from typing import Literal
 
 ENV = "TFPIPE_PHASES"
 PROCESS = "process"  # the exit record's phase name: the whole process, start to atexit
@@ -29,7 +30,7 @@ class _Phase(contextlib.ContextDecorator):
 
     def __init__(self, name: str):
         self.name = name
-        self.start = None
+        self.start: float | None = None
 
     def _recreate_cm(self):
         return _Phase(self.name)
@@ -38,7 +39,7 @@ class _Phase(contextlib.ContextDecorator):
         self.start = time.time() if os.environ.get(ENV) else None
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> Literal[False]:
         if self.start is not None:
             record(self.name, self.start, time.time())
         return False

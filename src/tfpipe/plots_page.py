@@ -45,10 +45,13 @@ def page() -> str:
     """The HTML template: DVC's placeholders around the inline JavaScript bundle."""
     import vl_convert
 
-    bundle = vl_convert.javascript_bundle(vl_version=VEGA_LITE)
+    # snippet=None: vl-convert's own default snippet (vegaEmbed, vegaLite and vega set on `window`), which the
+    # installed function takes (help(vl_convert.javascript_bundle): `snippet=None`); its stub says `str`.
+    bundle = vl_convert.javascript_bundle(snippet=None, vl_version=VEGA_LITE)  # type: ignore[arg-type]
     if "</script" in bundle.lower() or "{plot_divs}" in bundle:
         raise ValueError("vl-convert's bundle cannot be inlined in a <script> element of DVC's template")
-    return _HEAD % (vl_convert.__version__, VEGA_LITE) + bundle + _TAIL
+    version = vl_convert.__version__  # type: ignore[attr-defined]  # the module has it; its stub omits it
+    return _HEAD % (version, VEGA_LITE) + bundle + _TAIL
 
 
 def write(path: Path) -> Path:

@@ -246,7 +246,7 @@ def pip_freeze() -> str:
     non-editable installs), read from package metadata without starting pip."""
     seen = {}
     for dist in metadata.distributions():
-        name = (dist.metadata.get("Name") or "").strip()
+        name = (dist.metadata["Name"] if "Name" in dist.metadata else "").strip()  # no Name header: none
         if name and name.lower() not in seen:
             seen[name.lower()] = f"{name}=={dist.version}"
     return "\n".join(seen[k] for k in sorted(seen)) + "\n"

@@ -74,9 +74,9 @@ def _check_code(run: dict, root: Path) -> Item:
     head = _git(root, "rev-parse", "HEAD").stdout.strip()
     # The present tree as the run's diff was recorded: credential files left out, secrets scrubbed.
     diff = _code_diff(scrub(recorded_diff(root, commit)[0] or ""))
-    recorded_diff = _code_diff(run.get("git_diff") or "")
+    recorded_code = _code_diff(run.get("git_diff") or "")
     dirty = run["tags"].get("git.dirty") in ("true", "True")
-    if diff == recorded_diff or (not dirty and not diff.strip()):
+    if diff == recorded_code or (not dirty and not diff.strip()):
         return Item(
             "code",
             MATCH,

@@ -35,9 +35,11 @@ def shared_commit(root: Path, tags: dict):
     return None
 
 
-def _changes(diff: str) -> dict:
-    """path -> its added and removed lines, from a git diff (DVC's bookkeeping in LEFT_OUT left out)."""
-    changes, path = {}, None
+def _changes(diff: str | None) -> dict:
+    """path -> its added and removed lines, from a git diff (DVC's bookkeeping in LEFT_OUT left out); None: no
+    diff recorded."""
+    changes: dict[str, list[str]] = {}
+    path: str | None = None
     for line in (diff or "").splitlines():
         header = re.match(r"diff --git a/(.*) b/(.*)$", line)
         if header:

@@ -74,7 +74,7 @@ def _leaves(tree: Any, key: str, origin: str, out: list, strict: bool = True) ->
 
 def _files(conf_dir: Path, params_file) -> list:
     """(file, the package its keys land in) of every YAML file conf/ holds, and params.yaml (the top)."""
-    found = []
+    found: list[tuple[Path, str | None]] = []
     if conf_dir.is_dir() and not conf_dir.is_symlink():
         for path in sorted(conf_dir.rglob("*.yaml")):
             found.append((path, ".".join(path.relative_to(conf_dir).parent.parts)))
@@ -163,7 +163,8 @@ def nested(values: List[Override]) -> dict:
     """The overrides put back into nested sections (params.yaml), in their order."""
     root: dict = {}
     for key, value in values:
-        parts, node = _parts(key), root
+        parts = _parts(key)
+        node: Any = root  # a section (dict), or a list where the next part is an index
         for part, following in zip(parts, parts[1:] + [None]):
             child = value if following is None else [] if isinstance(following, int) else {}
             if isinstance(part, int):

@@ -163,7 +163,8 @@ def mutable(rec: Side) -> list:
 def notes(rec: Side, rerun: Side, verdict: str) -> list:
     """The lines after the differences: the re-run's extra metrics, the sources, tampering, mutable values."""
     lines = [f"  {rerun.extra} metric(s) only the re-run has"] if rerun.extra else []
-    weights = SOURCES.get(rec.weights_source, f"none ({rec.why_not_sealed})")
+    source = rec.weights_source
+    weights = SOURCES[source] if source is not None and source in SOURCES else f"none ({rec.why_not_sealed})"
     lines.append(f"recorded figures: weights from {weights}; metrics from {SOURCES[rec.metrics_source]}")
     lines += [f"tampered: {line}; not trusted" for line in rec.tampered]
     rests = mutable(rec)

@@ -37,12 +37,14 @@ def _threshold(args, defaults):
     """The threshold of the flags given, else of params.yaml (tracking.promote_min_*), each named as it came."""
     from tfpipe.tracking.group_compare import Threshold
 
-    values, names = [], []
+    values: list[float] = []
+    names: list[str] = []
     for flag, key in (("--min-delta", "promote_min_delta"), ("--min-relative", "promote_min_relative")):
         given = getattr(args, key[len("promote_") :])
         values.append(getattr(defaults, key) if given is None else given)
         names.append(f"tracking.{key}" if given is None else flag)
-    return Threshold.checked(*values, tuple(names))
+    min_delta, min_relative = values
+    return Threshold.checked(min_delta, min_relative, tuple(names))
 
 
 def _parser(prog: str) -> CommandParser:

@@ -124,7 +124,8 @@ def _serve(folder: Path, listener: socket.socket, timeout: float, max_body: int,
         str(max_body),
         str(max_in_flight),
     ]
-    stopped, worker = [], []
+    stopped: list[int] = []
+    worker: list[subprocess.Popen] = []
 
     def stop(signum, _):  # passed to the worker; Ctrl-C reaches it too (same process group)
         stopped.append(signum)

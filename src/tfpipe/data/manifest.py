@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import overload
 
 from tfpipe.errors import DataError
 
@@ -25,6 +26,10 @@ def sha256_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+@overload
+def portable_path(path: str | os.PathLike) -> str: ...
+@overload
+def portable_path(path: None) -> None: ...
 def portable_path(path: str | os.PathLike | None) -> str | None:
     """A path as recorded in the manifest: relative to the working directory when inside it (so a project
     prepared from its root records `data/raw/cifar10` on every machine), else absolute."""

@@ -60,7 +60,7 @@ class Collector:
         listed = self.validation.examples_listed
         if self.modality == "image":
             read_from = READ_FROM.get(cfg.data.source, READ_FROM["tfds"])
-            self.stats = ImageStats(SPLITS, feature["shape"], read_from)
+            self.stats: ImageStats | TextStats = ImageStats(SPLITS, feature["shape"], read_from)
         else:
             standardize = cfg.dataset.standardize or "strip_punctuation"
             self.stats = TextStats(SPLITS, standardize, self.validation.near_empty_tokens, listed)
@@ -72,11 +72,16 @@ class Collector:
         ex.splits.append(split)
         ex.labels.append(int(label))
         ex.names.append(name)
-        text = None if self.modality == "image" else dedup.standard_text(value)
-        ex.keys.append(dedup.digest(value if text is None else text.encode("utf-8")))  # dedup.content_hash
+        stats = self.stats
+        if isinstance(stats, ImageStats):  # modality image
+            ex.keys.append(dedup.digest(value))  # dedup.content_hash: the pixels
+            stats.add(split, value, name, None, header)
+        else:
+            text = dedup.standard_text(value)
+            ex.keys.append(dedup.digest(text.encode("utf-8")))  # dedup.content_hash: the standard text
+            stats.add(split, value, name, text, header)
         ex.positions.append(position)
         self.per_class[split][int(label)] += 1
-        self.stats.add(split, value, name, text, header)
 
     def duplicates(self) -> dict:
         """{'exact': section, 'near': section, 'leaked': sorted test ids duplicating a train example}."""
@@ -95,11 +100,16 @@ class Collector:
         return {"exact": exact, "near": near, "leaked": sorted(leaked_exact | leaked_near)}
 
     def _near_links(self) -> list:
-        if self.modality == "image":
-            pairs = dedup.near_pairs(self.stats.hashes, self.validation.near_image_hamming)
-            thumbs = np.concatenate(self.stats.thumbs) if self.stats.thumbs else None
+        stats = self.stats
+        if isinstance(stats, ImageStats):  # modality image
+            if not stats.thumbs:  # no image streamed: no hash either, so no pair
+                return []
+            pairs = dedup.near_pairs(
+                np.asarray(stats.hashes, dtype=np.uint64), self.validation.near_image_hamming
+            )
+            thumbs = np.concatenate(stats.thumbs)
             return dedup.same_colours(thumbs, pairs, self.validation.near_image_max_colour_diff)
-        groups = dedup.exact_clusters(self.stats.near_keys)
+        groups = dedup.exact_clusters(stats.near_keys)
         return [(m[0], other) for m in groups for other in m[1:]]
 
     def build(self, manifest: dict, found: dict, dropped: list, vocabulary) -> dict:

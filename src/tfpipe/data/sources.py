@@ -170,7 +170,7 @@ def _check_classes(split_dir: Path, class_names: list) -> None:
 
 def _list_split(walker: walk.Walk, split: str, split_dir: Path, class_names: list) -> list:
     """[(Found, (split, FileEntry))] of one split, class by class."""
-    items = []
+    items: list[tuple[walk.Found, tuple[str, FileEntry]]] = []
     for label, class_name in enumerate(class_names):
         class_dir = split_dir / class_name
         listed = walker.list_class(class_dir)
@@ -213,7 +213,8 @@ def select_and_order(entries: list, split: str, max_examples: Optional[int], see
             group = list(by_class[label])
             rng.shuffle(group)
             queues.append(group)
-        chosen, i = [], 0
+        chosen: list[FileEntry] = []
+        i = 0
         while len(chosen) < max_examples:
             for q in queues:
                 if i < len(q) and len(chosen) < max_examples:

@@ -87,7 +87,8 @@ def confusion_counts(text: str) -> dict:
 
 def group_confusion(group) -> tuple:
     """(summed counts, runs that logged the CSV) of a group."""
-    total, logged = {}, 0
+    total: dict[tuple[str, str], int] = {}
+    logged = 0
     for run in group.runs:
         counts = confusion_counts(run.artifacts.get(CONFUSION_CSV, ""))
         logged += bool(counts)

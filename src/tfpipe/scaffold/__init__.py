@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 import yaml
@@ -83,10 +84,11 @@ def yaml_scalar(text: str) -> str:
 
 def config_yaml(project: str, model: str) -> str:
     """tfpipe's packaged defaults list with the team's model picked, the package searched, the experiment named."""
-    from tfpipe import conf
-
-    packaged = (Path(conf.__file__).parent / "config.yaml").read_text(encoding="utf-8")
-    defaults = re.search(r"^defaults:\n(?:  - .*\n)+", packaged, flags=re.M).group(0)
+    packaged = (resources.files("tfpipe.conf") / "config.yaml").read_text(encoding="utf-8")
+    found = re.search(r"^defaults:\n(?:  - .*\n)+", packaged, flags=re.M)
+    if found is None:
+        raise InitError("the installed tfpipe's conf/config.yaml has no defaults list: reinstall tfpipe")
+    defaults = found.group(0)
     mine = f"  - override model: {yaml_scalar(model)}  # yours whatever dataset= picks (each has a model)\n"
     defaults = defaults.replace("  - _self_", mine + "  - _self_", 1)
     return (

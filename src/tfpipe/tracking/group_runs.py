@@ -43,8 +43,11 @@ class Seeds:
 def recorded_value(params: dict, metric: str) -> Optional[float]:
     """The run's immutable record of `metric` (param METRIC_PARAM<metric>, `outcome`) as a number; None when it
     has none, or one that is no finite number."""
+    recorded = params.get(f"{METRIC_PARAM}{metric}")
+    if recorded is None:
+        return None
     try:
-        value = float(params.get(f"{METRIC_PARAM}{metric}"))
+        value = float(recorded)
     except (TypeError, ValueError):
         return None
     return value if math.isfinite(value) else None

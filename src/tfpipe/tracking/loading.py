@@ -149,6 +149,7 @@ SHIPPED_SERVING_CODE = frozenset(
         "b05fb3bc22c9e94a",
         "9e13988c5d459ca7",
         "50b0ccabc450eeda",
+        "882bce2e42ec5eea",
     }
 )
 

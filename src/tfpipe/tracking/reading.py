@@ -207,7 +207,7 @@ def sealed_weights(uri: str, run_id: str) -> dict:
     found = {"weights_sha256": None, "seal_fact": None, "source": None}
     if not recorded:
         return {**found, "why": f"the run records no {DIGEST_PARAM} (no sealed model, or an older tfpipe)"}
-    whys = []
+    whys: list[str] = []
     with tempfile.TemporaryDirectory(prefix="tfpipe-audit-") as tmp:
         for source in (f"{SAVED_MODEL_ARTIFACTS}/", f"runs:/{run_id}/model"):
             try:

@@ -126,8 +126,8 @@ def registered_name(params: dict) -> Optional[str]:
         return None if found in (None, "", "None") else found  # a param records None as 'None'
 
     explicit, dataset = value("tracking.registered_model_name"), value("dataset.name")
-    if explicit is None and dataset is None:
-        return None
+    if dataset is None:
+        return explicit  # the name set, else None: the run recorded neither
     return TrackingConfig(registered_model_name=explicit).model_name(dataset)
 
 
@@ -159,7 +159,8 @@ def _run_version(client: MlflowClient, run):
     tags = run.data.tags
     versions = client.search_model_versions(f"run_id='{run.info.run_id}'")
     named = [v for v in versions if (v.name, str(v.version)) == (tags.get(NAME_TAG), tags.get(VERSION_TAG))]
-    return (named or sorted(versions, key=lambda v: int(v.version)) or [None])[-1]
+    ordered = named or sorted(versions, key=lambda v: int(v.version))
+    return ordered[-1] if ordered else None
 
 
 def _to_register(run, metric: str, force: bool) -> tuple:

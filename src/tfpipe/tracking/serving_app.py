@@ -199,7 +199,7 @@ class Limits:
         headers = {k: v for k, v in headers.items() if k not in ("content-encoding", "content-length")}
         headers["content-length"] = str(len(body))
         scope = {**scope, "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]}
-        delivered = []
+        delivered: list[bool] = []
 
         async def replay():
             if delivered:
@@ -280,7 +280,12 @@ def main(argv=None) -> int:
         max_in_flight=max_in_flight,
     )
     server = uvicorn.Server(uvicorn.Config(app, timeout_graceful_shutdown=int(timeout) + 1))
-    app.stop_accepting = lambda: [listener.close() for listener in getattr(server, "servers", [])]
+
+    def stop_accepting() -> None:  # close uvicorn's listeners
+        for listener in getattr(server, "servers", []):
+            listener.close()
+
+    app.stop_accepting = stop_accepting
     print(limits_line(modality, image_shape, max_body, timeout, max_in_flight), flush=True)
     server.run(sockets=[socket.socket(fileno=int(fd))])
     return 0

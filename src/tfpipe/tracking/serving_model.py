@@ -81,7 +81,7 @@ def image_batch(model_input, shape: tuple) -> np.ndarray:
     expected = f"expected images of shape {shape} uint8 (0-255)"
     try:
         if isinstance(model_input, pd.DataFrame):
-            model_input = np.stack(model_input.iloc[:, 0].to_numpy())
+            model_input = np.stack(list(model_input.iloc[:, 0].to_numpy()))  # one array per row
         array = np.asarray(model_input)
     except ValueError:  # ragged nested lists
         raise InputRefused(f"{expected}; got nested lists of uneven lengths") from None

@@ -2,10 +2,14 @@
 
 import tfpipe.models
 from tfpipe.config import compose
+from tfpipe.config.schema import CustomModelConfig
 
 
 def test_the_config_composes_with_the_teams_model():
     cfg = compose(["train.epochs=1"])
+    assert isinstance(cfg.model, CustomModelConfig), type(
+        cfg.model
+    )  # conf/model/__MODEL__.yaml names a builder
     assert cfg.model.name == "__MODEL__" and cfg.model.builder == "__PACKAGE__.model:build"
 
 
