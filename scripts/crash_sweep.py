@@ -135,7 +135,7 @@ def _signature(project: Path) -> tuple:
     out = []
     for name in WATCHED:
         path = project / name
-        items = [path] if path.is_file() else (path.rglob("*") if path.is_dir() else [])
+        items = [path] if path.is_file() else (_walk(path) if path.is_dir() else [])
         for p in items:
             try:
                 st = p.stat()
@@ -143,6 +143,12 @@ def _signature(project: Path) -> tuple:
                 continue
             out.append((str(p.relative_to(project)), st.st_size, st.st_mtime_ns))
     return tuple(sorted(out))
+
+
+def _walk(folder: Path) -> list:
+    """Everything under `folder`, read while a stage writes it: a folder that vanishes mid-walk (a temporary
+    export renamed into place) is passed over, not an error (os.walk ignores it; Path.rglob raised)."""
+    return [Path(root) / name for root, dirs, files in os.walk(folder) for name in (*dirs, *files)]
 
 
 Trigger = Union[float, Callable[[Path], bool]]  # seconds after the start, or a condition on the project

@@ -244,8 +244,8 @@ class _Run:
     def __init__(self, client, experiment):
         self.client, self.run_id = client, client.create_run(experiment).info.run_id
 
-    def log_artifact(self, path, artifact_path=None):
-        self.client.log_artifact(self.run_id, str(path), artifact_path)
+    def log_dict(self, dictionary, artifact_file):
+        self.client.log_dict(self.run_id, dictionary, artifact_file)
 
     def set_tags(self, tags):
         for key, value in tags.items():

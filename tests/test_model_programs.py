@@ -246,7 +246,7 @@ def store(tmp_path_factory, own_exports) -> dict:
                     folder, modality="image", input_example=example, class_names=list(IMAGE_CLASSES)
                 )
             logged[name] = run.run_id
-    planted.unlink()  # MLflow ran the model on its input example when the (hostile) teammate logged it
+    planted.unlink(missing_ok=True)  # logging never runs the model now (tracking.models._log_unvalidated)
     return logged
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
+
 VEGA_LITE = "5.21"  # DVC 3's plot templates declare the Vega-Lite v5 schema
 TEMPLATE_NAME = "plots.html"  # beside .dvc/config: `plots.html_template` is read relative to .dvc/
 
@@ -67,9 +69,9 @@ def main(argv=None) -> int:
             "usage: python -m tfpipe.plots_page PATH (in an existing folder, e.g. .dvc/plots.html)",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_BAD_INPUT
     write(Path(args[0]))
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":
