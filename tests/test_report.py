@@ -413,3 +413,37 @@ def test_the_decision_within_the_noise_and_for_a_loss():
     assert decide(a, _group("E", "val_loss", [0.3]), "test_loss") == (
         "E against A (base), test_loss: no test: group E has not logged it"
     )
+
+
+def test_one_run_named_brings_its_group_s_finished_seeds(tmp_path, capsys, monkeypatch):
+    """`tfpipe report A1 B1` weighs both groups whole: each run named brings the FINISHED runs tagged with its
+    group (a failed and a running seed of A stay out; so does a run of another group); `--only-named` takes the
+    two named alone. The groups here are tags set by hand, so what is found is what was tagged."""
+    from mlflow import MlflowClient
+
+    seed_store(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("tfpipe", artifact_location=(tmp_path / "art").as_uri())
+    tag = {"a": {"tfpipe.group": "a" * 12}, "b": {"tfpipe.group": "b" * 12}}
+    a = [_log_run(client, experiment, 0.001, seed, A[seed], tags=tag["a"]) for seed in A]
+    b = [_log_run(client, experiment, 0.003, seed, B[seed], tags=tag["b"]) for seed in B]
+    failed = _log_run(client, experiment, 0.001, 4, A[1], tags=tag["a"])
+    client.set_terminated(failed, status="FAILED")
+    running = _log_run(client, experiment, 0.001, 5, A[2], tags=tag["a"])
+    client.update_run(running, status="RUNNING")
+    other = _log_run(client, experiment, 0.01, 7, A[3], tags={"tfpipe.group": "c" * 12})
+
+    code, printed, err = _report([a[1], b[2], "--out", str(tmp_path / "r"), "--tracking-uri", uri], capsys)
+    assert code == 0, err
+    assert printed.strip().endswith("(6 runs in 2 groups)"), printed
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert all(run[:8] in md for run in a + b), md
+    assert not any(run[:8] in md for run in (failed, running, other)), md
+    assert "0.8100" in md and "0.8500" in md  # A's and B's means over three seeds (the module docstring)
+
+    code, printed, err = _report(
+        [a[1], b[2], "--only-named", "--out", str(tmp_path / "r2"), "--tracking-uri", uri], capsys
+    )
+    assert code == 0, err
+    assert printed.strip().endswith("(2 runs in 2 groups)"), printed

@@ -1,7 +1,8 @@
-"""The report command line: `tfpipe report BASE [RUN ...] [--out DIR] [--metric NAME] [--log] [--tracking-uri URI]`.
+"""The report command line: `tfpipe report BASE [RUN ...] [--only-named] [--out DIR] [--metric NAME] [--log] [--tracking-uri URI]`.
 
-A comparison for a pull request, read from the MLflow store alone (no TensorFlow): the runs grouped as seeds of
-their configurations (BASE's group is the base), the parameters that differ between groups, the headline metrics
+A comparison for a pull request, read from the MLflow store alone (no TensorFlow): the runs named, each with the
+other FINISHED runs of its group (tag `tfpipe.group`: the seeds of its configuration; --only-named: those named
+alone), grouped as seeds of their configurations (BASE's group is the base), the parameters that differ between groups, the headline metrics
 per group (mean ± standard deviation, 95% confidence interval, best/min/max, the difference from the base), per
 group whether its difference in --metric (default test_accuracy) is beyond the noise between seeds (Welch's
 t-test), the learning curves, the confusion matrices and audit verdicts (`tfpipe.report`). Written as report.md
@@ -36,6 +37,11 @@ def _parser(prog: str) -> CommandParser:
         "runs", nargs="*", metavar="RUN", help="the runs to compare with it (ids or prefixes)"
     )
     parser.add_argument(
+        "--only-named",
+        action="store_true",
+        help="only the runs named (default: each with the other finished runs of its group, its seeds)",
+    )
+    parser.add_argument(
         "--out", default=None, help="the report's folder (default: reports/<BASE's short id>)"
     )
     parser.add_argument(
@@ -54,12 +60,14 @@ def _read(args) -> tuple:
     """(store URI, the runs: BASE first, each once): every id resolved and every run read before any write."""
     from tfpipe.audit import tracking_uri_for
     from tfpipe.report.figures import CONFUSION_CSV
-    from tfpipe.tracking import history
+    from tfpipe.tracking import group_runs, history
     from tfpipe.tracking.runids import resolve_run_id
 
     uri = tracking_uri_for(Path.cwd(), args.tracking_uri)
     client = history.open_store(uri)
     ids = list(dict.fromkeys(resolve_run_id(uri, r, client) for r in [args.base, *args.runs]))
+    if not args.only_named:  # each run named brings its seeds: `report CHAMPION CANDIDATE` weighs groups
+        ids = group_runs.with_mates(client, uri, ids)
     return uri, history.read_runs(client, uri, ids, artifacts=(CONFUSION_CSV,))
 
 

@@ -102,6 +102,32 @@ def read(client: MlflowClient, uri: str, run, metric: str) -> Seeds:
     return Seeds(run.info.run_id, group, values, tuple(unrecorded))
 
 
+def with_mates(client: MlflowClient, uri: str, run_ids: list) -> list:
+    """`run_ids`, each followed by the other FINISHED runs of its group (the seeds `tfpipe report` finds itself),
+    each id once, in that order. A run whose tag is no group (hand-edited) brings no mates: it is its own."""
+    found: list = []
+    for run_id in run_ids:
+        found.append(run_id)
+        try:
+            run = client.get_run(run_id)
+        except MlflowException:
+            continue  # not in the store: the reader that follows names it
+        group = recorded_group(run.data.tags, run.data.params)
+        if not re.fullmatch(f"[0-9a-f]{{{DIGEST_CHARS}}}", group):
+            continue
+        try:
+            found += [r.info.run_id for r in sorted(_finished(client, group), key=_started)]
+        except MlflowException as exc:
+            raise TrackingError(
+                f"could not list the seeds of run {run_id} in {redact_url(uri)}: {one_line(exc, 200)}"
+            ) from None
+    return list(dict.fromkeys(found))
+
+
+def _started(run) -> tuple:
+    return (run.info.start_time or 0, run.info.run_id)
+
+
 def _finished(client: MlflowClient, group: str) -> list:
     """The FINISHED runs of the store's active experiments tagged with `group` (checked: hex digits only)."""
     found, experiments = [], experiment_ids(client)
