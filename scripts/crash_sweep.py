@@ -4,7 +4,9 @@
 
 As storage systems test themselves: for each stage, one uninterrupted run of a tiny project is the reference; it
 also times the stage and notes the instants at which a file or the store changed. Then, for each kill instant
-(evenly spaced through the reference's duration, plus just after each write it saw), a fresh copy of the
+(evenly spaced through the reference's duration, plus just after each write it saw; a run that ends before its
+kill, the machine having become faster than when the reference was timed, becomes the reference's duration and
+that instant is tried once more at the same fraction of it), a fresh copy of the
 stage's starting state runs the command, gets SIGKILL (its whole process group) at that instant, and the same
 command runs again, followed by the stages after it. The invariants, each against the reference:
 
@@ -37,7 +39,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -300,10 +302,15 @@ def reference_run(stage: str, states: dict, work: Path) -> tuple[dict, Attempt]:
     return outcome(project), attempt
 
 
-def kill_and_recover(stage: str, states: dict, work: Path, trigger: Trigger, reference: dict) -> tuple:
-    """One kill: (whether the kill landed before the end, the violations)."""
+def kill_and_recover(
+    stage: str, states: dict, work: Path, trigger: Trigger, reference: dict, took: Optional[list] = None
+) -> tuple:
+    """One kill: (whether the kill landed before the end, the violations); `took` gets the killed (or ended)
+    command's seconds."""
     project = clone_state(states[START[stage]], work / f"{stage}-kill")
     attempt = start_and_kill(COMMANDS[stage], project, trigger)
+    if took is not None:
+        took.append(attempt.seconds)
     for cmd in [COMMANDS[stage], *(COMMANDS[later] for later in AFTER[stage])]:
         proc = run(cmd, project)
         if proc.returncode != 0:
@@ -322,6 +329,22 @@ def instants(reference: Attempt, count: int, writes: Optional[int] = None) -> li
         seen = [seen[round(i * (len(seen) - 1) / max(writes - 1, 1))] for i in range(writes)]
     after_writes = [t + 0.01 for t in seen]
     return sorted({round(t, 3) for t in even + after_writes})
+
+
+def paced(points: list, reference: float, attempt) -> Iterator[tuple]:
+    """(instant, killed, violations) of each kill: `points` (seconds into a run of `reference` seconds) are kept
+    as fractions of the run's duration; `attempt(t)` -> (killed, violations, the command's seconds). A run that
+    ends before its kill (the load fell since the reference was timed) gives the duration now, and that fraction
+    is tried once more at it."""
+    scale = reference
+    for fraction in [t / reference for t in points]:
+        for again in (False, True):
+            t = fraction * scale
+            killed, found, seconds = attempt(t)
+            yield t, killed, found
+            if killed or again:
+                break
+            scale = seconds
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -349,8 +372,13 @@ def main(argv: Optional[list] = None) -> int:
         print(
             f"{stage}: reference {timing.seconds:.1f} s, {len(timing.writes)} writes seen, {len(points)} kills"
         )
-        for t in points:
-            killed, found = kill_and_recover(stage, states, work, float(t), reference)
+
+        def attempt(t: float, stage: str = stage, reference: dict = reference) -> tuple:
+            took: list = []
+            killed, found = kill_and_recover(stage, states, work, t, reference, took)
+            return killed, found, took[0]
+
+        for t, killed, found in paced(points, timing.seconds, attempt):
             landed += killed
             total, bad = total + 1, bad + bool(found)
             print(
