@@ -282,3 +282,16 @@ def missing_store(uri: str) -> str | None:
         path = urllib.parse.urlparse(uri).path if kind == "file" else uri
         return None if Path(path).is_dir() else path
     return None
+
+
+def client(uri: str, must_exist: bool = False):
+    """The one maker of tfpipe's MlflowClients: the store at `uri` answers (`check_reachable`: one line for a server
+    that does not, or a local store's missing folder) and, with `must_exist`, a local store that is not there is
+    refused (`missing_store`: a reader never makes an empty store). The store's own maker (`sqlite`) is apart."""
+    from mlflow import MlflowClient
+
+    check_reachable(uri)
+    missing = must_exist and missing_store(uri)
+    if missing:
+        raise TrackingError(f"no MLflow store at {redact_url(uri)}: {missing} does not exist")
+    return MlflowClient(tracking_uri=uri)

@@ -46,11 +46,7 @@ class RunHistory:
 def open_store(uri: str) -> MlflowClient:
     """A client of the store at `uri`, which must exist: a SQLite file or a file store's folder that is not there
     is refused here (MLflow would create an empty one), a server that does not answer by `check_reachable`."""
-    backend.check_reachable(uri)
-    missing = backend.missing_store(uri)
-    if missing:
-        raise TrackingError(f"no MLflow store at {redact_url(uri)}: {missing} does not exist")
-    return MlflowClient(tracking_uri=uri)
+    return backend.client(uri, must_exist=True)
 
 
 def read_runs(
@@ -102,7 +98,7 @@ def _artifact_text(client: MlflowClient, run_id: str, path: str):
 def log_folder(uri: str, run_id: str, folder: Path, artifact_path: str) -> None:
     """Every file of `folder` into run `run_id`'s artifacts under `artifact_path`."""
     try:
-        MlflowClient(tracking_uri=uri).log_artifacts(run_id, str(folder), artifact_path)
+        backend.client(uri).log_artifacts(run_id, str(folder), artifact_path)
     except (MlflowException, OSError) as exc:
         raise TrackingError(
             f"could not log {folder} into run {run_id}'s artifacts ({artifact_path}/) in {redact_url(uri)}: "

@@ -30,8 +30,7 @@ def is_model_uri(spec: str) -> bool:
 def download(spec: str, uri: str, dest: Path, key: str) -> tuple[Path, dict]:
     """(local folder of the model, what `spec` names: source_run and, for the registry, source_model). A
     `runs:/` URI may name its run by a unique prefix of its id (`runids`)."""
-    backend.check_reachable(uri)
-    client = MlflowClient(tracking_uri=uri)
+    client = backend.client(uri)
     spec = whole_run_id(client, spec, uri)
     described = describe(client, spec, uri, key)
     from mlflow.artifacts import download_artifacts
@@ -43,7 +42,7 @@ def download(spec: str, uri: str, dest: Path, key: str) -> tuple[Path, dict]:
         raise TrackingError(
             f"{key}={spec!r}: not downloadable from {redact_url(uri)} ({one_line(exc, 200)})"
         ) from None
-    check_recorded_digest(MlflowClient(tracking_uri=uri), described["source_run"], local, spec, key)
+    check_recorded_digest(client, described["source_run"], local, spec, key)
     return local, described
 
 

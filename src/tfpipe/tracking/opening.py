@@ -270,8 +270,7 @@ class ParentRun:
 
     def __init__(self, cfg, project_root, name: str, tags: Optional[dict] = None):
         uri = backend.resolve_tracking_uri(cfg.tracking, project_root)
-        backend.check_reachable(uri)
-        self.client = MlflowClient(tracking_uri=uri)
+        self.client = backend.client(uri)
         try:
             sqlite.init_store(uri)
             location = backend.artifact_location_for(cfg.tracking, project_root, uri)

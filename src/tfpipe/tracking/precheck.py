@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from tfpipe.errors import TrackingError, one_line
@@ -38,7 +37,7 @@ def recorded_run(cfg, project_root):
             "tracking.uri / MLFLOW_TRACKING_URI at the store that holds the run"
         )
     try:
-        run = MlflowClient(tracking_uri=uri).get_run(run_id)
+        run = backend.client(uri).get_run(run_id)
     except MlflowException as exc:
         raise TrackingError(
             f"run {run_id} ({where}) is not in the MLflow store {redact_url(uri)} ({one_line(exc, 200)}); "

@@ -42,11 +42,6 @@ AUDIT_REPORT_DIR = "audit"
 OUTCOME_PARAMS = "tfpipe."  # params the run logs beside its config: the model's digest, the final figures
 
 
-def _client(uri: str) -> MlflowClient:
-    backend.check_reachable(uri)
-    return MlflowClient(tracking_uri=uri)
-
-
 def _artifact_text(client: MlflowClient, run_id: str, path: str, exact: bool = False) -> Optional[str]:
     """The artifact's text, or None; `exact`: every byte kept (no newline translation, undecodable bytes as
     surrogate escapes: `text.encode("utf-8", "surrogateescape")` gives the bytes back)."""
@@ -73,7 +68,7 @@ def get_run(client: MlflowClient, uri: str, run_id: str):
 
 def load_data_report(uri: str, run_id: str) -> Optional[dict]:
     """The data report the run logged (data/report.json), or None when it has none or it is unreadable."""
-    client = _client(uri)
+    client = backend.client(uri)
     get_run(client, uri, run_id)  # an unknown run is an error, not a run without a report
     text = _artifact_text(client, run_id, DATA_REPORT_ARTIFACT)
     try:
@@ -85,7 +80,7 @@ def load_data_report(uri: str, run_id: str) -> Optional[dict]:
 def load_run(uri: str, run_id: str) -> dict:
     import yaml
 
-    client = _client(uri)
+    client = backend.client(uri)
     run = get_run(client, uri, run_id)
     config_text = _artifact_text(client, run_id, CONFIG_ARTIFACT)
     prov_text = _artifact_text(client, run_id, PROVENANCE_ARTIFACT)
@@ -173,7 +168,7 @@ def record_audit(uri: str, run_id: str, tags: dict, report: dict, report_name: s
     string through `redact_text`), without touching its metrics or status. An auditor who
     may only read the run's experiment (a team server's default READ) gets the line that says so, not an
     error."""
-    client = _client(uri)
+    client = backend.client(uri)
     try:  # what goes to the store passes the redactor, as every record does (a diff, a log line may hold a key)
         for key, value in redact({k: str(v) for k, v in tags.items()}).items():
             client.set_tag(run_id, key, value)
@@ -202,7 +197,7 @@ def sealed_weights(uri: str, run_id: str) -> dict:
     from tfpipe import determinism, files
     from tfpipe.tracking.model_uri import DIGEST_PARAM
 
-    client = _client(uri)
+    client = backend.client(uri)
     recorded = get_run(client, uri, run_id).data.params.get(DIGEST_PARAM)
     found = {"weights_sha256": None, "seal_fact": None, "source": None}
     if not recorded:

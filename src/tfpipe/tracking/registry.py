@@ -149,11 +149,6 @@ def auto_promote(
         return None
 
 
-def _client(uri: str) -> MlflowClient:
-    backend.check_reachable(uri)
-    return MlflowClient(tracking_uri=uri)
-
-
 def _run_version(client: MlflowClient, run):
     """The run's registered version: the one its tags name, else its newest; None when it has none."""
     tags = run.data.tags
@@ -233,7 +228,7 @@ def promote(
     when there was nothing to compare with)."""
     checks.registry_alias("--alias", alias)
     checks.choice("--mode", mode, ("max", "min"))
-    client = _client(uri)
+    client = backend.client(uri)
     run = get_run(client, uri, run_id)
     try:
         version = _run_version(client, run)
@@ -281,7 +276,7 @@ def _register_promoted(client: MlflowClient, uri: str, run_id: str, model_id: st
 
 def model_versions(uri: str, run_id: str) -> list:
     """The run's registered versions: [{"name", "version", "aliases"}], oldest first."""
-    client = _client(uri)
+    client = backend.client(uri)
     get_run(client, uri, run_id)
     try:  # search results carry no aliases: each version is read whole
         found = client.search_model_versions(f"run_id='{run_id}'")

@@ -37,8 +37,7 @@ def resolve_run_id(
     if len(text) >= FULL_LENGTH or not re.fullmatch(rf"[0-9a-fA-F]{{{max(min_chars, 1)},}}", text):
         return given
     if client is None:
-        backend.check_reachable(uri)
-        client = MlflowClient(tracking_uri=uri)
+        client = backend.client(uri)
     try:
         client.get_run(text)  # a store whose ids are shorter: the whole id wins, as in git
         return text

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mlflow import MlflowClient
 from mlflow.entities import RunTag
 from mlflow.exceptions import MlflowException
 
@@ -30,7 +29,7 @@ def open_parent(cfg, project_root, name: str, run_id: str | None, tags: dict) ->
         return ParentRun(cfg, project_root, name, tags)
     parent = ParentRun.__new__(ParentRun)
     uri = backend.resolve_tracking_uri(cfg.tracking, project_root)
-    parent.client = MlflowClient(tracking_uri=uri)
+    parent.client = backend.client(uri)
     try:
         parent.client.update_run(run_id, status="RUNNING")
     except MlflowException as exc:
