@@ -38,3 +38,19 @@ def test_a_live_writers_temporary_file_is_kept(tmp_path):
         writer.wait()
     mine = tmp_path / f".eval.json.tmp-{os.getpid()}"
     assert not mine.exists()
+
+
+def test_within_is_the_one_containment_check(tmp_path):
+    """files.within (issue 53: one helper per job): a sibling sharing a prefix is outside, `..` is folded, and with
+    resolve a symlink is judged by where it leads."""
+    from tfpipe.files import within
+
+    data, data2 = tmp_path / "data", tmp_path / "data2"
+    data.mkdir()
+    data2.mkdir()
+    assert within(data, data) and within(data / "a" / "b.png", data)
+    assert not within(data2 / "x", data)  # a string prefix would take it to be inside
+    assert not within(data / ".." / "data2" / "x", data)
+    (data / "out").symlink_to(data2)
+    assert within(data / "out" / "x", data)  # as written
+    assert not within(data / "out" / "x", data, resolve=True)  # where the OS opens it

@@ -13,6 +13,17 @@ from pathlib import Path
 from typing import IO, Iterator
 
 
+def within(path: str | os.PathLike, folder: str | os.PathLike, resolve: bool = False) -> bool:
+    """`path` is `folder` or a place under it: both made absolute with `..` folded (os.path.abspath: as written,
+    a symlink not followed), or with `resolve` where the OS would open them (symlinks followed). The one
+    containment check: `str.startswith` would take /data2 to be inside /data."""
+    if resolve:
+        p, f = Path(path).resolve(), Path(folder).resolve()
+    else:
+        p, f = Path(os.path.abspath(path)), Path(os.path.abspath(folder))
+    return p == f or f in p.parents
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator[IO]:
     """Open a temporary sibling of `path` for writing; on success it replaces `path` in one rename, on an

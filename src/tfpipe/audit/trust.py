@@ -9,6 +9,7 @@ import re
 import subprocess
 from pathlib import Path, PurePosixPath
 
+from tfpipe import files
 from tfpipe.audit import review
 from tfpipe.audit.common import UserError, _git
 
@@ -223,13 +224,13 @@ def reroot(cfg, root: Path, wt: Path, key: str = ""):
     if not path_like or not isinstance(cfg, str) or "://" in cfg:
         return cfg  # e.g. strategy.device=/cpu:0 is not a path
     if not os.path.isabs(cfg):  # relative: the stages resolve it in the worktree, where it must stay
-        if key != "data.path" and not (wt / cfg).resolve().is_relative_to(wt.resolve()):
+        if key != "data.path" and not files.within(wt / cfg, wt, resolve=True):
             raise UserError(f"rerun: recorded {key}={cfg} points outside the worktree; refused")
         return cfg
     new = _rerooted(cfg, root, wt)
     if new is None and key == "data.path":
         return cfg
-    if new is None or not (wt / new).resolve().is_relative_to(wt.resolve()):
+    if new is None or not files.within(wt / new, wt, resolve=True):
         raise UserError(f"rerun: recorded {key}={cfg} cannot be re-rooted into the worktree; refused")
     return new
 
@@ -237,7 +238,7 @@ def reroot(cfg, root: Path, wt: Path, key: str = ""):
 def write_inside(wt: Path, rel: str, text: str) -> None:
     """Write a worktree file, refusing a symlink or a path that resolves outside the worktree."""
     target = wt / rel
-    if target.is_symlink() or not target.resolve().is_relative_to(wt.resolve()):
+    if target.is_symlink() or not files.within(target, wt, resolve=True):
         raise UserError(f"rerun: {rel} in the worktree points outside it; refused")
     target.write_text(text, encoding="utf-8")
 
@@ -261,7 +262,7 @@ def check_named_code(cfg: dict, wt: Path) -> None:
     for key, target in _named_code(cfg):
         module = str(target or "").replace(":", ".").rpartition(".")[0].replace(".", "/")
         found = [wt / base / f"{module}{end}" for base in ("", "src") for end in (".py", "/__init__.py")]
-        if not module or not any(f.is_file() and f.resolve().is_relative_to(wt.resolve()) for f in found):
+        if not module or not any(f.is_file() and files.within(f, wt, resolve=True) for f in found):
             raise UserError(
                 f"rerun: recorded {key}={target!r} is no module of the run's commit "
                 f"({module or '?'}.py is not in it); a re-run calls only the commit's own code; refused"

@@ -3,10 +3,10 @@ checks against a reference report (tfpipe.data.drift)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from tfpipe import files
 from tfpipe.config.checks import choice, did_you_mean
 from tfpipe.errors import ConfigError
 
@@ -24,11 +24,6 @@ MAX_HAMMING = 12  # the near-pair search compares hashes sharing one of threshol
 def _int_range(key: str, value, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ConfigError(f"{key}={value!r}: must be an integer in [{low}, {high}]")
-
-
-def _inside(path: str, folder: str) -> bool:
-    path, folder = os.path.abspath(path), os.path.abspath(folder)
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 @dataclass
@@ -71,7 +66,7 @@ class ValidationConfig:
             )
         if self.reference == AUTO_REFERENCE and not str(self.auto_reference or "").strip():
             raise ConfigError("data.validation.auto_reference: empty; expected the path reference=auto pins")
-        if self.reference == AUTO_REFERENCE and output_dir and _inside(self.auto_reference, output_dir):
+        if self.reference == AUTO_REFERENCE and output_dir and files.within(self.auto_reference, output_dir):
             raise ConfigError(
                 f"data.validation.auto_reference={self.auto_reference!r}: inside data.output_dir, which prepare "
                 "replaces; pin it elsewhere, e.g. data/reference/<dataset>/report.json"

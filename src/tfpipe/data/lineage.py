@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from tfpipe import files
 from tfpipe.config.rooting import experiment_copy
 from tfpipe.data import walk
 
@@ -61,7 +62,7 @@ def leave_note(folder: Path, info: dict, root: Path) -> Optional[Path]:
     project's and the copy lacks it; None elsewhere (nothing written)."""
     project = experiment_copy(root)
     folder = Path(os.path.abspath(folder))
-    if project is None or not walk.inside(folder, project) or walk.inside(folder, Path(root).resolve()):
+    if project is None or not files.within(folder, project) or files.within(folder, Path(root).resolve()):
         return None
     relative = folder.relative_to(project)
     parent = Path(root).resolve() / relative.parent

@@ -17,16 +17,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tfpipe import files
 from tfpipe.errors import DataError
 
 OUTSIDE_ROOT = (
     "symlink target {target} is outside the data root {root}; only links resolving inside it are followed"
 )
 NOT_REGULAR = "not a regular file"
-
-
-def inside(target: Path, root: Path) -> bool:
-    return target == root or root in target.parents
 
 
 @dataclass(frozen=True)
@@ -51,7 +48,7 @@ class Walk:
         A split or class folder resolving outside the root is a layout error (DataError), whatever on_bad_file.
         """
         real = Path(os.path.realpath(class_dir))
-        if not inside(real, self.root):
+        if not files.within(real, self.root):
             raise DataError(f"{class_dir}: " + OUTSIDE_ROOT.format(target=real, root=self.root))
         found: list = []
         self._walk(class_dir, found, set())
@@ -67,7 +64,7 @@ class Walk:
                 continue
             path, wanted = Path(entry.path), entry.name.lower().endswith(self.extensions)
             real = Path(os.path.realpath(path))
-            if not inside(real, self.root):
+            if not files.within(real, self.root):
                 if wanted or entry.is_dir():
                     self.refused.append((path, OUTSIDE_ROOT.format(target=real, root=self.root)))
             elif entry.is_dir():
@@ -105,7 +102,7 @@ def every_file(root: Path) -> list:
         for entry in sorted(os.scandir(folder), key=lambda e: e.name):
             if entry.is_symlink():  # resolved only for links: a plain entry is where its folder is
                 real = Path(os.path.realpath(entry.path))
-                if not inside(real, real_root):
+                if not files.within(real, real_root):
                     continue
                 is_dir, is_file = real.is_dir(), real.is_file()
             else:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
+from tfpipe import files
 from tfpipe.errors import TrackingError, UserError, one_line
 from tfpipe.tracking import model_uri
 
@@ -135,7 +136,7 @@ def _inside(local: Path, path) -> bool:
         and bool(path)
         and not PurePosixPath(path).is_absolute()
         and ".." not in PurePosixPath(path).parts
-        and (local / path).resolve().is_relative_to(local.resolve())
+        and files.within(local / path, local, resolve=True)
     )
 
 
