@@ -47,11 +47,11 @@ def remove_dead_temps(path: Path) -> None:
     mid-write leaves one, and the next attempt's rename does not take it away. A live writer's is kept."""
     for stale in path.parent.glob(f".{path.name}.tmp-*"):
         pid = stale.name.rpartition("-")[2]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             stale.unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -94,7 +94,7 @@ def scratch_folder(prefix: str) -> Path:
     root = Path(tempfile.gettempdir())
     for old in root.glob(f"{prefix}*-*"):
         pid = old.name[len(prefix) :].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root))
 

@@ -13,10 +13,10 @@ from tfpipe.audit.common import (
     NA,
     Item,
     UserError,
-    _git,
-    _load,
-    _rooted_dict,
-    _short,
+    git_in,
+    load_recorded,
+    rooted_dict,
+    shorten,
     tracking_uri_for,
 )
 
@@ -36,7 +36,7 @@ def check(
 
     root = Path(root).resolve()
     uri = tracking_uri_for(root, uri)
-    run = run or _load(run_id, uri)
+    run = run or load_recorded(run_id, uri)
     present = present_config(
         run, root
     )  # made as the run's was: the params file (+ overrides), or conf/ + overrides
@@ -66,12 +66,12 @@ def _check_code(run: dict, root: Path) -> Item:
     commit = run["tags"].get("git.commit")
     if not commit:
         return Item("code", NA, "", "", "run recorded no git commit")
-    if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+    if git_in(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
         return Item("code", DIFFERS, commit[:12], "", f"commit {commit[:12]} is not reachable in {root}")
     from tfpipe.provenance import recorded_diff
     from tfpipe.tracking.secrets import scrub
 
-    head = _git(root, "rev-parse", "HEAD").stdout.strip()
+    head = git_in(root, "rev-parse", "HEAD").stdout.strip()
     # The present tree as the run's diff was recorded: credential files left out, secrets scrubbed.
     diff = _code_diff(scrub(recorded_diff(root, commit)[0] or ""))
     recorded_code = _code_diff(run.get("git_diff") or "")
@@ -104,7 +104,7 @@ def _check_data(run: dict, root: Path, cfg) -> list:
     recorded_cfg = run.get("config") or {}
     out_dir = (recorded_cfg.get("data") or {}).get("output_dir")
     if cfg is not None:
-        out_dir = _rooted_dict(cfg.to_dict(), root)["data"]["output_dir"]
+        out_dir = rooted_dict(cfg.to_dict(), root)["data"]["output_dir"]
     digest = run["tags"].get("data.manifest_digest")
     if not digest or not out_dir:
         items.append(Item("data.manifest", NA, "", "", "no manifest digest recorded"))
@@ -138,8 +138,8 @@ def _check_data(run: dict, root: Path, cfg) -> list:
             Item(
                 f"dvc.lock.{stage}",
                 MATCH if a == b else DIFFERS,
-                _short(a, 12),
-                _short(b, 12),
+                shorten(a, 12),
+                shorten(b, 12),
                 "DVC's recorded deps/outs of the data stage " + ("equal" if a == b else "differ"),
             )
         )

@@ -39,14 +39,14 @@ def ok(items) -> bool:
     return all(item.status != DIFFERS for item in items)
 
 
-def _short(value, n: int = 40) -> str:
+def shorten(value, n: int = 40) -> str:
     text = "" if value is None else str(value)
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def format_table(items) -> str:
     rows = [("item", "status", "recorded", "present", "detail")]
-    rows += [(i.name, i.status, _short(i.recorded, 24), _short(i.present, 24), i.detail) for i in items]
+    rows += [(i.name, i.status, shorten(i.recorded, 24), shorten(i.present, 24), i.detail) for i in items]
     widths = [max(len(r[c]) for r in rows) for c in range(4)]
     return (
         "\n".join(
@@ -71,13 +71,13 @@ def tracking_uri_for(root: Path, uri: Optional[str] = None) -> str:
     return resolve_tracking_uri(tracking_cfg, root)
 
 
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+def git_in(root: Path, *args: str) -> subprocess.CompletedProcess:
     from tfpipe.provenance import run_git
 
     return run_git(root, *args, timeout=60)
 
 
-def _rooted_dict(cfg_dict: dict, root: Path) -> dict:
+def rooted_dict(cfg_dict: dict, root: Path) -> dict:
     out = json.loads(json.dumps(cfg_dict))
     for key in ("path", "output_dir"):
         value = (out.get("data") or {}).get(key)
@@ -99,7 +99,7 @@ def _relative_dict(cfg_dict: dict, root: Path) -> dict:
     return out
 
 
-def _load(run_id: str, uri: str) -> dict:
+def load_recorded(run_id: str, uri: str) -> dict:
     from tfpipe.tracking import reading
 
     return reading.load_run(uri, run_id)
@@ -122,7 +122,7 @@ def registry_line(run_id: str, root, uri: Optional[str] = None) -> str:
 def warm_start_line(run_id: str, root, uri: Optional[str] = None) -> str:
     """'warm start: ...' (the source, its run and registered version, which layers it filled) with a newline,
     or '' for a run trained from scratch."""
-    tags = _load(run_id, tracking_uri_for(Path(root), uri))["tags"]
+    tags = load_recorded(run_id, tracking_uri_for(Path(root), uri))["tags"]
     if "init.from" not in tags:
         return ""
     source = ", ".join(tags[k] for k in ("init.source_model", "init.source_run") if k in tags)

@@ -3,13 +3,13 @@ for `audit RUN --against OTHER`."""
 
 from __future__ import annotations
 
-from tfpipe.audit.common import ENV_TAGS, TIMING_MARKERS, _load, _short
+from tfpipe.audit.common import ENV_TAGS, TIMING_MARKERS, load_recorded, shorten
 
 MODEL_DIGEST = "tfpipe.saved_model_sha256"  # tfpipe.tracking.model_uri.DIGEST_PARAM (no MLflow import here)
 METRIC_PARAM = "tfpipe.metric."  # tfpipe.tracking.outcome.METRIC_PARAM: the final figures' immutable copies
 
 
-def _comparable_metrics(metrics: dict) -> dict:
+def comparable_metrics(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if not any(m in k for m in TIMING_MARKERS)}
 
 
@@ -35,7 +35,7 @@ def compare_runs(a: dict, b: dict) -> list:
             if a["tags"].get(key) != b["tags"].get(key):
                 rows.append((section, key, a["tags"].get(key), b["tags"].get(key)))
     rows += _report_rows(a.get("data_report"), b.get("data_report"))
-    ma, mb = _comparable_metrics(a["metrics"]), _comparable_metrics(b["metrics"])
+    ma, mb = comparable_metrics(a["metrics"]), comparable_metrics(b["metrics"])
     for key in sorted(set(ma) | set(mb)):
         if ma.get(key) != mb.get(key):
             rows.append(("metrics", key, ma.get(key), mb.get(key)))
@@ -59,7 +59,9 @@ def _report_rows(ra, rb) -> list:
 def compare(run_a: str, run_b: str, uri: str) -> list:
     from tfpipe.tracking import reading
 
-    runs = [{**_load(r, uri), "data_report": reading.load_data_report(uri, r)} for r in (run_a, run_b)]
+    runs = [
+        {**load_recorded(r, uri), "data_report": reading.load_data_report(uri, r)} for r in (run_a, run_b)
+    ]
     return compare_runs(*runs)
 
 
@@ -81,6 +83,6 @@ def format_compare(rows, a: str, b: str) -> str:
     if not rows:
         return f"runs {a} and {b}: no differences in config, code, data, environment or metrics\n"
     table = [("section", "key", f"A {a[:8]}", f"B {b[:8]}")]
-    table += [(s, k, _short(va, 30), _short(vb, 30)) for s, k, va, vb in rows]
+    table += [(s, k, shorten(va, 30), shorten(vb, 30)) for s, k, va, vb in rows]
     widths = [max(len(str(r[c])) for r in table) for c in range(4)]
     return "\n".join("  ".join(str(r[c]).ljust(widths[c]) for c in range(4)).rstrip() for r in table) + "\n"

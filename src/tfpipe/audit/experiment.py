@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tfpipe.audit.common import _git
+from tfpipe.audit.common import git_in
 from tfpipe.audit.trust import LEFT_OUT
 
 
@@ -24,12 +24,12 @@ def shared_commit(root: Path, tags: dict):
     name, baseline = tags.get("dvc.exp_name"), tags.get("git.commit")
     if not name or not baseline:
         return None
-    listed = _git(root, "for-each-ref", "--format=%(refname) %(objectname)", "refs/exps/").stdout
+    listed = git_in(root, "for-each-ref", "--format=%(refname) %(objectname)", "refs/exps/").stdout
     for line in listed.splitlines():
         ref, _, commit = line.partition(" ")
         if (
             ref.rsplit("/", 1)[-1] == name
-            and _git(root, "rev-parse", f"{commit}^1").stdout.strip() == baseline
+            and git_in(root, "rev-parse", f"{commit}^1").stdout.strip() == baseline
         ):
             return ref, commit
     return None
@@ -65,8 +65,8 @@ def choose(run: dict, root: Path, log) -> dict:
         )
         return run
     ref, commit = found
-    diff = _git(root, "diff", "--no-color", "--no-ext-diff", baseline, commit).stdout
-    lock = _git(root, "show", f"{commit}:dvc.lock")
+    diff = git_in(root, "diff", "--no-color", "--no-ext-diff", baseline, commit).stdout
+    lock = git_in(root, "show", f"{commit}:dvc.lock")
     log(
         f"rerun: experiment {name!r} is in this clone ({ref}, commit {commit[:12]}): re-running its baseline "
         f"{baseline[:12]} plus the experiment commit's changes (from git, not the run record's diff)"

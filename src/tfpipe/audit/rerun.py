@@ -14,7 +14,7 @@ from typing import Optional
 
 from tfpipe.audit import experiment, record_values, review, sandbox, scratch, trust, verdict
 from tfpipe.audit import warmstart as warm
-from tfpipe.audit.common import UserError, _git, _load, tracking_uri_for
+from tfpipe.audit.common import UserError, git_in, load_recorded, tracking_uri_for
 from tfpipe.audit.prepared import PREPARED_AGAIN, dvc_config_local, lock_recorded_prepare, restore_prepared
 from tfpipe.audit.verdict import RerunResult, format_rerun, judge  # noqa: F401 - also read as rerun.*
 
@@ -31,13 +31,13 @@ def _copy_tree_linked(src: Path, dst: Path) -> None:
 
 def _recorded_run(run_id: str, root: Path, uri: str, tolerance: float) -> dict:
     """The run to re-create, refused in one line when it lacks what a re-run needs."""
-    run = _load(run_id, uri)
+    run = load_recorded(run_id, uri)
     commit = run["tags"].get("git.commit")
     if not commit:
         raise UserError(f"run {run_id}: no git.commit tag recorded; cannot re-create it")
     if run.get("config") is None:
         raise UserError(f"run {run_id}: no config/resolved.yaml artifact; cannot re-create it")
-    if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+    if git_in(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
         raise UserError(f"run {run_id}: commit {commit[:12]} is not reachable in {root}")
     if tolerance < 0:
         raise UserError(f"--tolerance={tolerance}: must be >= 0")
@@ -54,7 +54,7 @@ def _make_worktree(
 
     commit = run["tags"]["git.commit"]
     wt = tmp / "worktree"
-    proc = _git(root, "worktree", "add", "--detach", "-q", str(wt), commit)
+    proc = git_in(root, "worktree", "add", "--detach", "-q", str(wt), commit)
     if proc.returncode != 0:
         raise UserError(f"git worktree add at {commit[:12]} failed: {proc.stderr.strip()[:300]}")
     trusted = record_values.named_in(wt)  # the commit's own conf/ and params.yaml, before any recorded diff

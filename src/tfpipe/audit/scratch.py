@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from tfpipe.audit.common import _git
-from tfpipe.files import _alive
+from tfpipe.audit.common import git_in
+from tfpipe.files import pid_alive
 
 PREFIX = "tfpipe-rerun-"
 KEPT = f"{PREFIX}kept-"  # kept on request (`keep=True`): no pid in the name, never a leftover
@@ -70,7 +70,7 @@ def _abandoned(old: Path) -> bool:
     try:
         fd = os.open(old / LOCK, os.O_RDWR | os.O_NOFOLLOW)
     except FileNotFoundError:  # killed between making the folder and its lock
-        return not _alive(int(pid))
+        return not pid_alive(int(pid))
     except OSError:
         return False
     try:
@@ -101,7 +101,7 @@ def _registered_in(wt: Path) -> Optional[Path]:
 def remove(root: Path, wt: Path, tmp: Path, keep: bool, log) -> None:
     """The re-run's worktree and folder gone at its end; with `keep` the folder stays, renamed so that no later
     audit takes it for a leftover."""
-    _git(root, "worktree", "remove", "--force", str(wt))
+    git_in(root, "worktree", "remove", "--force", str(wt))
     try:
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)

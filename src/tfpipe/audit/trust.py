@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 
 from tfpipe import files
 from tfpipe.audit import review
-from tfpipe.audit.common import UserError, _git
+from tfpipe.audit.common import UserError, git_in
 
 ENV_ALLOW = {
     "PATH",
@@ -67,7 +67,7 @@ def _applied_paths(diff: str, root: Path) -> list:
     from tfpipe.provenance import environ_snapshot
 
     # run at the top: in a subfolder `git apply` leaves out (and does not list) the paths outside it
-    top = _git(root, "rev-parse", "--show-toplevel").stdout.strip() or root
+    top = git_in(root, "rev-parse", "--show-toplevel").stdout.strip() or root
     cmd = ["git", "apply", "--numstat", "-z", "-"]
     env = {**environ_snapshot(), "LC_ALL": "C"}
     proc = subprocess.run(cmd, cwd=top, input=review.raw(diff), env=env, capture_output=True, timeout=60)
@@ -137,7 +137,7 @@ def gate(
                 f"read it ({source}), then add --allow-diff-code to run it"
             )
     ref = trusted_ref or default_ref(root)
-    if _git(root, "merge-base", "--is-ancestor", commit, ref).returncode != 0:
+    if git_in(root, "merge-base", "--is-ancestor", commit, ref).returncode != 0:
         if trusted_ref:
             raise UserError(f"run {run_id}: commit {commit[:12]} is not an ancestor of --trusted-ref {ref}")
         raise UserError(
@@ -149,12 +149,12 @@ def gate(
 def default_ref(root: Path) -> str:
     """The clone's default branch: origin's HEAD (what `git clone` set), else the checked-out branch or
     commit."""
-    origin = _git(root, "symbolic-ref", "-q", "--short", "refs/remotes/origin/HEAD").stdout.strip()
-    return origin or _git(root, "symbolic-ref", "-q", "--short", "HEAD").stdout.strip() or "HEAD"
+    origin = git_in(root, "symbolic-ref", "-q", "--short", "refs/remotes/origin/HEAD").stdout.strip()
+    return origin or git_in(root, "symbolic-ref", "-q", "--short", "HEAD").stdout.strip() or "HEAD"
 
 
 def _apply(wt: Path, *args: str) -> subprocess.CompletedProcess:
-    return _git(wt, "apply", *[f"--exclude={path}" for path in LEFT_OUT], *args)
+    return git_in(wt, "apply", *[f"--exclude={path}" for path in LEFT_OUT], *args)
 
 
 def apply_diff(wt: Path, patch: Path, commit: str) -> None:

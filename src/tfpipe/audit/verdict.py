@@ -28,8 +28,8 @@ import math
 import os
 from typing import Optional
 
-from tfpipe.audit.common import DIFFERS_VERDICT, ENV_TAGS, REPRODUCED, WITHIN_TOLERANCE, _short
-from tfpipe.audit.compare import METRIC_PARAM, MODEL_DIGEST, _comparable_metrics
+from tfpipe.audit.common import DIFFERS_VERDICT, ENV_TAGS, REPRODUCED, WITHIN_TOLERANCE, shorten
+from tfpipe.audit.compare import METRIC_PARAM, MODEL_DIGEST, comparable_metrics
 
 SEAL, TAG, PARAM, METRIC = "seal", "tag", "param", "metric"
 SOURCES = {  # how each source reads in the output
@@ -80,12 +80,12 @@ def _weights(run: dict, sealed: dict, tampered: list) -> tuple:
         return tag, TAG if tag else None
     if tag and tag != weights:
         tampered.append(
-            f"tag weights.sha256 {_short(tag, 16)} is not the sealed model's weights {weights[:13]}..."
+            f"tag weights.sha256 {shorten(tag, 16)} is not the sealed model's weights {weights[:13]}..."
         )
     fact = sealed.get("seal_fact")
     if fact and fact != weights:
         tampered.append(
-            f"the model's seal states weights {_short(fact, 16)}, its files hold {weights[:13]}..."
+            f"the model's seal states weights {shorten(fact, 16)}, its files hold {weights[:13]}..."
         )
     return weights, SEAL
 
@@ -97,7 +97,7 @@ def _figures(params: dict, metrics: dict, tampered: list) -> dict:
         try:
             values[name] = float(text)
         except ValueError:
-            tampered.append(f"param {METRIC_PARAM}{name}={_short(text, 24)!r} is no number")
+            tampered.append(f"param {METRIC_PARAM}{name}={shorten(text, 24)!r} is no number")
             continue
         shown = metrics.get(name)
         if shown is not None and not _same(shown, values[name]):
@@ -115,7 +115,7 @@ def recorded(run: dict, sealed: dict) -> Side:
         metrics, source = _figures(params, run["metrics"], tampered), PARAM
     else:
         metrics, source = run["metrics"], METRIC
-    return Side(weights, weights_source, _comparable_metrics(metrics), source, tampered, 0, sealed.get("why"))
+    return Side(weights, weights_source, comparable_metrics(metrics), source, tampered, 0, sealed.get("why"))
 
 
 def rerun_side(new: dict, sealed: dict, rec: Side) -> Side:
@@ -124,7 +124,7 @@ def rerun_side(new: dict, sealed: dict, rec: Side) -> Side:
     (its commit's code does), else its metrics; its weights from its own sealed model, else its tag."""
     figures = _figures(_metric_params(new.get("params") or {}), {}, []) if rec.metrics_source == PARAM else {}
     source = PARAM if figures else METRIC
-    values = _comparable_metrics(figures or new["metrics"])
+    values = comparable_metrics(figures or new["metrics"])
     weights = sealed.get("weights_sha256") or new["tags"].get("weights.sha256")
     weights_source = SEAL if sealed.get("weights_sha256") else TAG if weights else None
     extra = len(set(values) - set(rec.metrics))
@@ -233,7 +233,7 @@ def report(
 
 def format_rerun(result: RerunResult) -> str:
     lines = [
-        f"weights.sha256  recorded {_short(result.weights_recorded, 16)}  rerun {_short(result.weights_rerun, 16)}",
+        f"weights.sha256  recorded {shorten(result.weights_recorded, 16)}  rerun {shorten(result.weights_rerun, 16)}",
         f"metrics compared: {result.compared_metrics} (timing metrics excluded)",
     ]
     for key, a, b, d in result.differences:

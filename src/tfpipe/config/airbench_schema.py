@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import List
 
 from tfpipe.config.checks import non_negative, positive
-from tfpipe.config.model_base import ModelConfig, _filters, built_in
+from tfpipe.config.model_base import ModelConfig, built_in, check_filters
 from tfpipe.errors import ConfigError
 
 
@@ -28,7 +28,7 @@ class AirbenchConfig(ModelConfig):
 
     def check(self, cfg) -> None:
         super().check(cfg)
-        _filters(self.widths, "model.widths")
+        check_filters(self.widths, "model.widths")
         if self.dense_units:
             raise ConfigError(
                 f"model.dense_units={self.dense_units!r}: airbench has no hidden dense layer; allowed: 0"

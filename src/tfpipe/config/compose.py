@@ -104,7 +104,9 @@ def compose_yaml(
     return OmegaConf.to_yaml(OmegaConf.create(compose_dict(overrides, config_dir)))
 
 
-_OVERRIDE = re.compile(r"^(?P<prefix>~|\+\+|\+)?(?P<key>[^=~+][^=]*?)(?:@[^=]*)?(?:=(?P<value>.*))?$", re.S)
+OVERRIDE_FORM = re.compile(
+    r"^(?P<prefix>~|\+\+|\+)?(?P<key>[^=~+][^=]*?)(?:@[^=]*)?(?:=(?P<value>.*))?$", re.S
+)
 
 
 def check_overrides(overrides, config_dir: str | os.PathLike = CONF_DIR) -> None:
@@ -112,7 +114,7 @@ def check_overrides(overrides, config_dir: str | os.PathLike = CONF_DIR) -> None
     its config group, a key the schema does not have (with a did-you-mean)."""
     config_dir = Path(config_dir)
     for override in overrides:
-        match = _OVERRIDE.match(override)
+        match = OVERRIDE_FORM.match(override)
         if match is None or (match["value"] is None and match["prefix"] != "~"):
             raise ConfigError(
                 f"override {override!r}: expected KEY=VALUE (e.g. train.epochs=1), +KEY=VALUE or ~KEY"

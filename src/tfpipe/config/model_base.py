@@ -52,6 +52,6 @@ class ModelConfig:
             raise ConfigError(f"model.dropout={self.dropout!r}: must be in [0, 1)")
 
 
-def _filters(values, key: str = "model.filters") -> None:
+def check_filters(values, key: str = "model.filters") -> None:
     if not values or min(values) <= 0:
         raise ConfigError(f"{key}={values!r}: expected a non-empty list of positive integers")

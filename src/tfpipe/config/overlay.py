@@ -25,9 +25,9 @@ from typing import Any
 import yaml
 
 from tfpipe.config.compose import (
-    _OVERRIDE,
     CONF_DIR,
     CONFIG_NAME,
+    OVERRIDE_FORM,
     PARAMS_FILE,
     check_overrides,
     compose_conf,
@@ -127,7 +127,7 @@ def split_overrides(overrides, config_dir=CONF_DIR) -> tuple[list, list]:
 
 
 def _parts(override: str) -> tuple[str, str, str | None]:
-    match = _OVERRIDE.match(override)
+    match = OVERRIDE_FORM.match(override)
     assert match is not None, f"{override!r}: check_overrides refuses a malformed override first"
     return match["prefix"] or "", match["key"].strip(), match["value"]
 

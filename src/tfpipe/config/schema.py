@@ -13,7 +13,7 @@ from tfpipe.config import airbench_schema, backbone_schema, checks  # noqa: F401
 from tfpipe.config.checks import choice, device, launcher, non_negative, positive
 from tfpipe.config.custom_model_schema import CustomModelConfig
 from tfpipe.config.data_schema import DataConfig  # noqa: F401 - a section schema, re-exported
-from tfpipe.config.model_base import BUILT_IN, ModelConfig, _filters, built_in  # noqa: F401 - re-exported
+from tfpipe.config.model_base import BUILT_IN, ModelConfig, built_in, check_filters  # noqa: F401 - re-exported
 from tfpipe.config.tracking_schema import TrackingConfig  # noqa: F401 - a section schema, re-exported
 from tfpipe.errors import ConfigError
 
@@ -54,7 +54,7 @@ class CnnConfig(ModelConfig):
 
     def check(self, cfg) -> None:
         super().check(cfg)
-        _filters(self.filters)
+        check_filters(self.filters)
 
 
 @built_in("resnet", modality="image", optional_dense=True)
@@ -68,7 +68,7 @@ class ResnetConfig(ModelConfig):
 
     def check(self, cfg) -> None:
         super().check(cfg)
-        _filters(self.filters)
+        check_filters(self.filters)
 
 
 @built_in("embedding_gap", modality="text")

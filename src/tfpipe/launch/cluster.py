@@ -86,7 +86,7 @@ def roles(cluster: Cluster) -> List[Tuple[str, int]]:
 # ----------------------------------------------------------------------------- deploy templates
 
 
-def _render(template: Path, values: dict) -> str:
+def render_template(template: Path, values: dict) -> str:
     return string.Template(template.read_text(encoding="utf-8")).substitute(values)
 
 
@@ -181,7 +181,7 @@ def render_slurm(
 
     check_render_input("multi_worker_mirrored", {"nodes": nodes, "tasks_per_node": tasks_per_node,
                                                  "cpus_per_task": cpus_per_task}, overrides)  # fmt: skip
-    return _render(
+    return render_template(
         DEPLOY_DIR / "slurm" / "train.sbatch.tmpl",
         {
             "nodes": nodes,

@@ -25,7 +25,7 @@ import os
 import yaml
 
 from tfpipe.errors import ConfigError
-from tfpipe.launch.cluster import DEPLOY_DIR, TF_CONFIG, _render, k8s_cluster, roles, tf_config
+from tfpipe.launch.cluster import DEPLOY_DIR, TF_CONFIG, k8s_cluster, render_template, roles, tf_config
 
 CONTROLLERS = ("job", "tfjob", "trainjob")
 CLUSTER_ENV, TASK_TYPE_ENV, INDEX_ENV = "TFPIPE_CLUSTER", "TFPIPE_TASK_TYPE", "JOB_COMPLETION_INDEX"
@@ -72,7 +72,7 @@ def render_k8s(
     check_render_input(strategy, counts, overrides)
     cluster = k8s_cluster(job_name, strategy, num_workers, num_ps, port, namespace)
     names = {"job_name": job_name, "namespace": namespace, "port": port}
-    policy = _render(DEPLOY_DIR / "k8s" / "networkpolicy.yaml.tmpl", names)
+    policy = render_template(DEPLOY_DIR / "k8s" / "networkpolicy.yaml.tmpl", names)
     if controller == "tfjob":
         return "---\n".join(
             [policy, yaml.safe_dump(_tfjob(cluster, names, image, strategy, overrides), sort_keys=False)]
@@ -86,7 +86,7 @@ def render_k8s(
         pod = _pod_template(names, "worker", image, strategy, overrides, env)
         docs = trainjob.trainjob_docs(names, pod, num_workers, runtime, backoff_limit)
         return "---\n".join([policy, *(yaml.safe_dump(d, sort_keys=False) for d in docs)])
-    docs = [_render(DEPLOY_DIR / "k8s" / "service.yaml.tmpl", names), policy]
+    docs = [render_template(DEPLOY_DIR / "k8s" / "service.yaml.tmpl", names), policy]
     for task_type in dict.fromkeys(t for t, _ in roles(cluster)):
         job = _indexed_job(cluster, task_type, names, image, strategy, overrides, backoff_limit)
         docs.append(yaml.safe_dump(job, sort_keys=False))

@@ -181,7 +181,7 @@ def render_rayjob(
         "ray_version": ray_version,
         "entrypoint": json.dumps(entrypoint),
     }
-    return cluster._render(cluster.DEPLOY_DIR / "k8s" / "rayjob.yaml.tmpl", values)
+    return cluster.render_template(cluster.DEPLOY_DIR / "k8s" / "rayjob.yaml.tmpl", values)
 
 
 def _quote(arg: str) -> str:

@@ -20,9 +20,9 @@ from tfpipe.models.text import (
     NB_SMOOTHING,
     NUM_SPECIAL_TOKENS,
     DistinctIds,
-    _ngram_input,
     class_feature_ids,
     nb_ratio_table,
+    ngram_input,
 )
 
 
@@ -82,7 +82,7 @@ def build_nblr(cfg, num_classes: int, vocab_size: int) -> keras.Model:
     times its fixed naive Bayes ratios r (Embedding [kept features, classes], not trainable), summed into
     logits and a float32 softmax. `fit_nblr` picks the kept features (in >= model.min_documents train
     reviews, at most model.max_features of them) and sets r."""
-    inputs, ids, _ = _ngram_input(cfg, vocab_size)
+    inputs, ids, _ = ngram_input(cfg, vocab_size)
     ids = DistinctIds(name="distinct")(ids)
     ids = FeatureIndex(cfg.model.max_features, name="feature_index")(ids)
     rows = int(cfg.model.max_features) + 1  # row 0: padding and the features not kept

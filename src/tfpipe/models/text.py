@@ -105,7 +105,7 @@ class MaskedMean(layers.Layer):
         return (embeddings_shape[0], embeddings_shape[2])
 
 
-def _ngram_input(cfg, vocab_size: int):
+def ngram_input(cfg, vocab_size: int):
     """(token input [sequence_length], ids of its unigrams and hashed n-grams up to model.ngrams, table size):
     the input side shared by ngram_bag and nbsvm."""
     if not vocab_size or vocab_size <= 0:
@@ -125,7 +125,7 @@ def build_ngram_bag(cfg, num_classes: int, vocab_size: int) -> keras.Model:
     and hashed n-grams up to model.ngrams (model.hash_buckets ids), dropout, the classifier head
     (model.dense_units=0: linear) and a float32 softmax. Takes the same int token ids as
     embedding_gap, so the input pipeline and the raw-string serving signature are unchanged."""
-    inputs, ids, table_size = _ngram_input(cfg, vocab_size)
+    inputs, ids, table_size = ngram_input(cfg, vocab_size)
     x = layers.Embedding(table_size, cfg.model.embedding_dim, name="embedding")(ids)
     x = MaskedMean(name="pool")(x, ids)
     outputs = classifier_head(x, cfg.model, num_classes)
@@ -183,7 +183,7 @@ def build_nbsvm(cfg, num_classes: int, vocab_size: int) -> keras.Model:
     with a trained weight w (Embedding [features, 1]) scaling its fixed naive Bayes log-count ratios r
     (Embedding [features, classes], not trainable, set from the train split by `fit_nb_ratios` before
     training), summed into logits and a float32 softmax. Same int token input as the other text models."""
-    inputs, ids, table_size = _ngram_input(cfg, vocab_size)
+    inputs, ids, table_size = ngram_input(cfg, vocab_size)
     ids = DistinctIds(name="distinct")(ids)
     w = layers.Embedding(
         table_size,

@@ -62,7 +62,7 @@ def load(spec: str, tracking_uri: str, dest: Path) -> LoadedModel:
         model = mlflow.pyfunc.load_model(str(local))
     except Exception as exc:  # MLflow and TensorFlow raise many kinds for a model they cannot load
         raise TrackingError(f"{KEY}={spec!r}: the model does not load ({one_line(exc, 200)})") from None
-    modality, image_shape = _takes(model, spec)
+    modality, image_shape = model_takes(model, spec)
     return LoadedModel(model.predict, modality, image_shape, class_names(local, spec), source)
 
 
@@ -187,7 +187,7 @@ def verify_code(local: Path, spec: str) -> None:
             )
 
 
-def _takes(model, spec: str) -> tuple[str, Optional[tuple]]:
+def model_takes(model, spec: str) -> tuple[str, Optional[tuple]]:
     from mlflow.types import DataType, TensorSpec
 
     schema = model.metadata.get_input_schema()

@@ -234,14 +234,14 @@ def limits_line(modality: str, image_shape, max_body: int, timeout: float, max_i
 
 
 def model_input(model, folder: str) -> tuple:
-    """("image", (H, W, C)) or ("text", None): what the logged signature says (loading._takes); for an image model
+    """("image", (H, W, C)) or ("text", None): what the logged signature says (loading.model_takes); for an image model
     logged without an input example (its signature's H, W, C unknown), the SavedModel's serving signature as
     serving_model.py read it. UserError when neither says."""
     from tfpipe.errors import UserError
-    from tfpipe.tracking.loading import _takes
+    from tfpipe.tracking.loading import model_takes
 
     try:
-        return _takes(model, folder)
+        return model_takes(model, folder)
     except UserError:
         shape = tuple(getattr(model.unwrap_python_model(), "_shape", ()))[1:]
         if len(shape) == 3 and min(shape) > 0:
