@@ -189,13 +189,6 @@ def saving(folder: str | os.PathLike, what: str, needed_bytes: int | None = None
         raise UserError(f"{folder}: cannot save {what}: {cause}; {fix}") from None
 
 
-def folder_size(path: str | os.PathLike) -> int:
-    path = Path(path)
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
-
-
 # ----------------------------------------------------------------------------- a folder sealed when whole
 
 SEAL = "tfpipe_digest.json"

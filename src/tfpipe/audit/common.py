@@ -86,19 +86,6 @@ def rooted_dict(cfg_dict: dict, root: Path) -> dict:
     return out
 
 
-def _relative_dict(cfg_dict: dict, root: Path) -> dict:
-    """Data paths under `root` made project-relative again (the recorded config holds absolute ones)."""
-    out = json.loads(json.dumps(cfg_dict))
-    for key in ("path", "output_dir"):
-        value = (out.get("data") or {}).get(key)
-        if value and os.path.isabs(value):
-            try:
-                out["data"][key] = str(Path(value).relative_to(root))
-            except ValueError:
-                pass
-    return out
-
-
 def load_recorded(run_id: str, uri: str) -> dict:
     from tfpipe.tracking import reading
 

@@ -194,26 +194,5 @@ class PrecisionConfig:
             )
 
 
-def section_schemas(raw: dict) -> dict:
-    """Section name -> schema class for a raw config (the model's schema is picked by model.name)."""
-    from tfpipe.config.train_schema import TrainConfig
-
-    model = raw.get("model")
-    if not isinstance(model, dict):
-        model = {}
-    name = model.get("name", "cnn")
-    if name not in MODEL_SCHEMAS:
-        choice("model.name", name, tuple(BUILT_IN))
-    return {
-        "model": MODEL_SCHEMAS[name],
-        "dataset": DatasetConfig,
-        "data": DataConfig,
-        "strategy": StrategyConfig,
-        "precision": PrecisionConfig,
-        "train": TrainConfig,
-        "tracking": TrackingConfig,
-    }
-
-
 def fields_of(cls) -> list:
     return [f.name for f in dataclasses.fields(cls)]
