@@ -177,3 +177,14 @@ def test_mlflow_telemetry_is_off_unless_asked_for():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
     assert chosen.stdout.strip() == "false", chosen.stderr[-2000:]
+
+
+def test_lock_stages_reads_any_text_and_never_raises():
+    """provenance.lock_stages, the one reader of dvc.lock (issue 53), takes a run record's text as untrusted:
+    none, no YAML, a list, stages that are no mapping, an entry that is no mapping."""
+    from tfpipe import provenance
+
+    for text in (None, "", "not: [valid", "- a\n- b\n", "stages: 3\n", "schema: '2.0'\n"):
+        assert provenance.lock_stages(text) == {}, text
+    text = "schema: '2.0'\nstages:\n  prepare:\n    cmd: x\n  bad: 3\n  train:\n    outs: []\n"
+    assert provenance.lock_stages(text) == {"prepare": {"cmd": "x"}, "train": {"outs": []}}

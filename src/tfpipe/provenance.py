@@ -172,16 +172,23 @@ def dvc_lock_info(root: str | os.PathLike) -> dict:
     return info
 
 
-def stage_hashes(lock_text: str) -> dict:
+def lock_stages(lock_text: Optional[str]) -> dict:
+    """The stages of a dvc.lock's text, {name: entry}: {} for none, for text that is no YAML or no lock, and an
+    entry that is no mapping is left out. Never raises: the one reader of dvc.lock (a run record's is untrusted)."""
     import yaml
 
     try:
-        lock = yaml.safe_load(lock_text) or {}
+        lock = yaml.safe_load(lock_text or "") or {}
     except yaml.YAMLError:
         return {}
     stages = lock.get("stages") if isinstance(lock, dict) else None
     if not isinstance(stages, dict):
         return {}
+    return {name: entry for name, entry in stages.items() if isinstance(entry, dict)}
+
+
+def stage_hashes(lock_text: str) -> dict:
+    stages = lock_stages(lock_text)
     return {
         str(name): hashlib.sha256(json.dumps(entry, sort_keys=True, default=str).encode("utf-8")).hexdigest()
         for name, entry in stages.items()

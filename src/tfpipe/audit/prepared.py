@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from tfpipe import provenance
 from tfpipe.audit import trust
 
 # Where the re-run's prepared data came from (in its log and report.json "prepared_data").
@@ -43,19 +44,18 @@ def lock_recorded_prepare(wt: Path, recorded_lock: Optional[str]) -> None:
     kept only at plain relative paths; the entry names content by hash, never a command DVC would run."""
     import yaml
 
+    entry = provenance.lock_stages(recorded_lock).get("prepare") or {}
     try:
-        entry = dict(yaml.safe_load(recorded_lock or "")["stages"]["prepare"])
         outs = [
             o
             for o in entry["outs"]
             if not Path(o["path"]).is_absolute() and ".." not in Path(o["path"]).parts
         ]
-    except (yaml.YAMLError, TypeError, KeyError, AttributeError):
+    except (TypeError, KeyError, AttributeError):
         return
     lock_file = wt / "dvc.lock"
-    lock = (yaml.safe_load(lock_file.read_text(encoding="utf-8")) if lock_file.is_file() else None) or {}
-    lock.setdefault("schema", "2.0")
-    lock.setdefault("stages", {})["prepare"] = {**entry, "outs": outs}
+    stages = provenance.lock_stages(lock_file.read_text(encoding="utf-8") if lock_file.is_file() else None)
+    lock = {"schema": "2.0", "stages": {**stages, "prepare": {**entry, "outs": outs}}}
     trust.write_inside(wt, "dvc.lock", yaml.safe_dump(lock, sort_keys=False))
 
 
@@ -83,12 +83,11 @@ def restore_prepared(wt: Path, env: dict, log) -> str:
 
 def _recorded_outs(lock_file: Path) -> list:
     """The prepare outputs the worktree's dvc.lock names by hash (none: there is nothing to restore)."""
-    import yaml
-
     try:
-        return list(yaml.safe_load(lock_file.read_text(encoding="utf-8"))["stages"]["prepare"]["outs"])
-    except (OSError, yaml.YAMLError, TypeError, KeyError):
+        outs = provenance.lock_stages(lock_file.read_text(encoding="utf-8")).get("prepare", {}).get("outs")
+    except OSError:
         return []
+    return list(outs) if isinstance(outs, list) else []
 
 
 def _outs_changed(status_json: str) -> bool:
