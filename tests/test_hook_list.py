@@ -1,6 +1,6 @@
-"""The loop calls its hooks through `tfpipe.hooks.HookList` (issue 53): one typed method per event, each calling
-that method of every hook in order, so mypy finds a misspelt event. What each event passes, and in which order
-the hooks get it, is what the loop passed before (when it called hooks by name)."""
+"""The loop calls its hooks through `tfpipe.hooks.HookList` (issue 53): one typed method per event, each
+calling that method of every hook in order, so mypy finds a misspelt event. What each event passes, and in
+which order the hooks get it, is what the loop passed before (when it called hooks by name)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ EVENTS = sorted(name for name in vars(Hook) if name.startswith("on_"))
 
 
 class Recorder(Hook):
-    """Overrides every event (and the two questions the loop asks), appending (tag, event, args) to `calls`."""
+    """Overrides every event (and the loop's two questions), appending (tag, event, args) to `calls`."""
 
     def __init__(self, tag: str, calls: list):
         self.tag, self.calls = tag, calls

@@ -64,8 +64,9 @@ class Hook:
 
 
 class HookList:
-    """The loop's hooks as one (like Keras's CallbackList): one method per event of `Hook`, calling that method
-    of each hook in order. The loop calls these, so a misspelt event is a type error, not a run-time one."""
+    """The loop's hooks as one (like Keras's CallbackList): one method per event of `Hook`, calling that
+    method of each hook in order. The loop calls these, so a misspelt event is a type error, not a run-time
+    one."""
 
     def __init__(self, hooks: Sequence[Hook]):
         self.hooks = list(hooks)
