@@ -44,9 +44,8 @@ def test_a_plus_key_typo_is_refused_in_one_line_naming_params_yaml_before_any_ru
     models, runs = _models(project), _runs(project)
     assert models and len(runs) == 1
 
-    tiny = [
-        arg for o in TINY for arg in ("-S", o)
-    ]  # DVC composes conf/ with these alone: prepare stays cached
+    # DVC composes conf/ with the -S overrides given alone: the tiny ones again, so prepare stays cached
+    tiny = [arg for o in TINY for arg in ("-S", o)]
     cmd = [*dvc, "exp", "run", *tiny, "-S", "train.epohcs=2"]
     proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True)
     assert proc.returncode != 0 and "+train.epohcs=2" in proc.stdout + proc.stderr  # DVC's own hint
