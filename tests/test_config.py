@@ -133,6 +133,54 @@ def test_params_file_with_unknown_section(tmp_path):
         config.load_params(params)
 
 
+@pytest.mark.parametrize(
+    "added, key, redo",
+    [
+        ("train:\n  epohcs: 2\n", "train.epohcs=2 ", "or `dvc exp run -S train.epochs=2`;"),
+        (
+            "train:\n  optimizer:\n    lr: 0.1\n",
+            "train.optimizer.lr=0.1 ",
+            "train.optimizer.learning_rate=0.1",
+        ),
+        (
+            "train:\n  zzz: 1\n",
+            "train.zzz=1: unknown config key, in",
+            "or `dvc exp run -S` with the right key;",
+        ),
+    ],
+)
+def test_an_unknown_key_in_the_params_file_says_where_it_came_from_and_how_to_undo(
+    tmp_path, monkeypatch, added, key, redo
+):
+    """What `dvc exp run -S +KEY=VALUE` writes into params.yaml: the line names the file (as the user would
+    type it, relative to the working folder), how the key got there and how to undo it; one line."""
+    monkeypatch.chdir(tmp_path)
+    raw = yaml.safe_load(committed_text("params.yaml"))
+    for section, values in yaml.safe_load(added).items():
+        _merge(raw[section], values)
+    Path("params.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError) as info:
+        config.load_params("params.yaml")
+    message = str(info.value)
+    assert message.startswith(key.rstrip()) and "\n" not in message, message
+    assert "in params.yaml: `dvc exp run -S +" in message and "undo: `git checkout params.yaml`" in message
+    assert redo in message and "; allowed keys under 'train" in message
+
+
+def _merge(into: dict, values: dict) -> None:
+    for name, value in values.items():
+        if isinstance(value, dict):
+            _merge(into[name], value)
+        else:
+            into[name] = value
+
+
+def test_an_unknown_key_typed_now_does_not_name_the_params_file():
+    with pytest.raises(ConfigError) as info:
+        config.compose(["+train.epohcs=2"], config_dir=ROOT / "conf")
+    assert "params.yaml" not in str(info.value) and "did you mean 'train.epochs'" in str(info.value)
+
+
 def test_missing_params_file(tmp_path):
     with pytest.raises(ConfigError, match="config file not found"):
         config.load_params(tmp_path / "nope.yaml")

@@ -1,14 +1,14 @@
 """Hooks: what happens at the training loop's step boundaries. The loop calls every hook at the same points
-and knows none of them; each hook owns one concern (metrics sink, checkpoint + history, stop signals; TensorBoard,
-profiler and device placement live in `tfpipe.monitoring`). A team's own hooks come from the config
-(`train.hooks`: `_target_` entries naming `Hook` subclasses, called with plain keyword arguments,
-`from_config`) and are called after the built-in ones. TensorFlow-free."""
+(through `HookList`: one method per event) and knows none of them; each hook owns one concern (metrics sink,
+checkpoint + history, stop signals; TensorBoard, profiler and device placement live in `tfpipe.monitoring`).
+A team's own hooks come from the config (`train.hooks`: `_target_` entries naming `Hook` subclasses, called
+with plain keyword arguments, `from_config`) and are called after the built-in ones. TensorFlow-free."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Dict, Optional, Protocol, runtime_checkable
+from typing import Dict, Optional, Protocol, Sequence, runtime_checkable
 
 from tfpipe import interrupts
 
@@ -61,6 +61,47 @@ class Hook:
 
     def stop(self, where: str) -> None:
         """Called after the stop checkpoint of a hook that requested a stop; may raise."""
+
+
+class HookList:
+    """The loop's hooks as one (like Keras's CallbackList): one method per event of `Hook`, calling that
+    method of each hook in order. The loop calls these, so a misspelt event is a type error, not a run-time
+    one."""
+
+    def __init__(self, hooks: Sequence[Hook]):
+        self.hooks = list(hooks)
+
+    def on_train_begin(self, step: int) -> None:
+        for hook in self.hooks:
+            hook.on_train_begin(step)
+
+    def on_steps_end(self, step: int) -> None:
+        for hook in self.hooks:
+            hook.on_steps_end(step)
+
+    def on_log(self, step: int, metrics: Dict[str, float]) -> None:
+        for hook in self.hooks:
+            hook.on_log(step, metrics)
+
+    def on_checkpoint(self, step: int, epoch: int, epoch_step: int) -> None:
+        for hook in self.hooks:
+            hook.on_checkpoint(step, epoch, epoch_step)
+
+    def on_epoch_end(self, epoch: int, row: Dict[str, float]) -> None:
+        for hook in self.hooks:
+            hook.on_epoch_end(epoch, row)
+
+    def on_train_end(self) -> None:
+        for hook in self.hooks:
+            hook.on_train_end()
+
+    def finished(self) -> bool:
+        """Any hook ends training at this epoch boundary (early stopping)."""
+        return any(hook.finished() for hook in self.hooks)
+
+    def stopper(self) -> Optional[Hook]:
+        """The first hook that requested a stop, or None."""
+        return next((hook for hook in self.hooks if hook.stop_requested()), None)
 
 
 class SinkHook(Hook):

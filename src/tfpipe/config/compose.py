@@ -22,8 +22,17 @@ PARAMS_FILE = "params.yaml"
 
 
 def load_params(path: str | os.PathLike = PARAMS_FILE) -> Config:
-    """Read and validate a composed config file (DVC's `params.yaml`)."""
-    return from_dict(read_params(path), origin=str(path))
+    """Read and validate a composed config file (DVC's `params.yaml`); an unknown key in it is refused naming
+    the file, how it got there and how to undo it (`keys.in_params_file`)."""
+    return from_dict(read_params(path), origin=str(path), params_file=_shown(Path(path)))
+
+
+def _shown(path: Path) -> str:
+    """The path as the user would type it: relative to the working folder where it is below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def read_params(path: str | os.PathLike = PARAMS_FILE) -> dict:

@@ -4,11 +4,11 @@ did-you-mean (also for the keys people type that the schema calls otherwise)."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import typing
 from typing import Any, Optional
 
-from tfpipe.config.checks import did_you_mean
 from tfpipe.config.root import Config
 from tfpipe.errors import ConfigError
 
@@ -76,8 +76,8 @@ def schema_type(dotted: str) -> Optional[Any]:
     return tp
 
 
-def _deeper(typed: str) -> str:
-    """' (did you mean 'train.epochs'?)' for 'epochs': the keys further down whose last part is what was typed."""
+def _deeper(typed: str) -> list[str]:
+    """For 'epochs': the keys further down whose last part is what was typed ('train.epochs'), up to 3."""
     found: list[str] = []
     todo: list[tuple[str, type]] = [("", Config)]
     while todo:
@@ -88,24 +88,52 @@ def _deeper(typed: str) -> str:
                 found.append(key)
             if isinstance(child, type) and dataclasses.is_dataclass(child):
                 todo.append((f"{key}.", child))
-    return f" (did you mean {' or '.join(repr(k) for k in found[:3])}?)" if found else ""
+    return found[:3]
 
 
-def unknown_key(dotted: str, allowed: list, value: Any = None, typed: Optional[str] = None) -> ConfigError:
-    """'<key>=<value>: unknown config key (did you mean ...?); allowed keys under <parent>: ...'
-
-    `dotted` is the key up to the unknown part, `typed` the whole key as given (may go deeper)."""
-    typed = typed or dotted
-    rest = typed[len(dotted) :]  # '.epochs' when 'trian.epochs' was typed
-    parent, _, leaf = dotted.rpartition(".")
-    prefix = f"{parent}." if parent else ""
+def meant(dotted: str, allowed: list, typed: str) -> tuple[list[str], Optional[str]]:
+    """The keys an unknown key probably meant, and why (for the keys people type that the schema calls
+    otherwise): a KEY_HINTS entry, else the closest sibling (difflib), else the keys further down."""
     hint = KEY_HINTS.get(typed) or KEY_HINTS.get(dotted)
     if hint:
-        suggestion, why = hint
-        mean = f" (did you mean '{suggestion}'?{' ' + why if why else ''})"
-    else:
-        mean = did_you_mean(leaf, allowed, prefix, rest) or _deeper(typed)
+        return [hint[0]], hint[1]
+    parent, _, leaf = dotted.rpartition(".")
+    close = difflib.get_close_matches(leaf, list(allowed), n=1)
+    if close:  # the whole key typed, with the unknown part corrected ('train.epochs' for 'trian.epochs')
+        return [f"{parent}.{close[0]}{typed[len(dotted) :]}".lstrip(".")], None
+    return _deeper(typed), None
+
+
+def unknown_key(
+    dotted: str,
+    allowed: list,
+    value: Any = None,
+    typed: Optional[str] = None,
+    params_file: Optional[str] = None,
+) -> ConfigError:
+    """'<key>=<value>: unknown config key (did you mean ...?); allowed keys under <parent>: ...'
+
+    `dotted` is the key up to the unknown part, `typed` the whole key as given (may go deeper). `params_file`:
+    the key was read from that file (params.yaml), not typed now; `in_params_file` says so and how to undo."""
+    typed = typed or dotted
+    keys, why = meant(dotted, allowed, typed)
+    mean = f" (did you mean {' or '.join(repr(k) for k in keys)}?{' ' + why if why else ''})" if keys else ""
     shown = f"{typed}={value}" if value not in (None, "") else typed
+    where = in_params_file(shown, keys, value, params_file) if params_file else ""
+    parent = dotted.rpartition(".")[0] or "<root>"
     return ConfigError(
-        f"{shown}: unknown config key{mean}; allowed keys under '{parent or '<root>'}': {', '.join(allowed)}"
+        f"{shown}: unknown config key{mean}{where}; allowed keys under '{parent}': {', '.join(allowed)}"
+    )
+
+
+def in_params_file(shown: str, keys: list, value: Any, params_file: str) -> str:
+    """An unknown key read from the params file, not typed now: `dvc exp run -S +KEY=VALUE` writes a key the
+    schema lacks into params.yaml (DVC's own error for `-S KEY` suggests the '+'), and the stage meets it
+    later. Where it came from and how to undo it."""
+    scalar = value not in (None, "")
+    redo = f"`dvc exp run -S {keys[0]}={value}`" if keys and scalar else "`dvc exp run -S` with the right key"
+    written = f"+{shown}" if scalar else f"+{shown}=..."
+    return (
+        f", in {params_file}: `dvc exp run -S {written}` (or an edit) wrote it there; "
+        f"undo: `git checkout {params_file}`, or {redo}"
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any
+from typing import Any, Optional
 
 from tfpipe.config import schema
 from tfpipe.config.root import Config, flatten  # noqa: F401 - flatten re-exported
@@ -60,23 +60,24 @@ def _stored(section: str, raw: dict):
     return ConfigStore.instance().load(path).node
 
 
-def from_dict(raw: dict, origin: str = "config") -> Config:
-    """A Config from nested dicts: unknown keys, wrong types and nulls refused in one line; then checked."""
+def from_dict(raw: dict, origin: str = "config", params_file: Optional[str] = None) -> Config:
+    """A Config from nested dicts: unknown keys, wrong types and nulls refused in one line; then checked.
+    `params_file`: `raw` is that file's (params.yaml): an unknown key is in it (keys.in_params_file)."""
     register_schemas()
     for key in raw:
         if key not in SECTIONS:
             from tfpipe.config.keys import unknown_key
 
             shown = raw[key] if isinstance(raw[key], (str, int, float, bool)) else None
-            raise unknown_key(key, list(SECTIONS), value=shown)
-    sections = {name: _typed(name, raw.get(name)) for name in SECTIONS if name in raw}
+            raise unknown_key(key, list(SECTIONS), value=shown, params_file=params_file)
+    sections = {name: _typed(name, raw.get(name), params_file) for name in SECTIONS if name in raw}
     cfg = Config(**sections)
     for name in SECTIONS:
         getattr(cfg, name).check(cfg)
     return cfg
 
 
-def _typed(section: str, raw: Any):
+def _typed(section: str, raw: Any, params_file: Optional[str] = None):
     from omegaconf import OmegaConf
     from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
@@ -93,7 +94,8 @@ def _typed(section: str, raw: Any):
         assert exc.full_key is not None, "OmegaConf names the key of a ConfigKeyError"
         parent = _class_at(cls, exc.full_key.split(".")[:-1])
         shown = _value_at(raw, exc.full_key)
-        raise unknown_key(f"{section}.{exc.full_key}", schema.fields_of(parent), value=shown) from None
+        key = f"{section}.{exc.full_key}"
+        raise unknown_key(key, schema.fields_of(parent), value=shown, params_file=params_file) from None
     except OmegaConfBaseException as exc:
         raise _type_error(section, exc) from None
 

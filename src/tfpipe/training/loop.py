@@ -2,8 +2,9 @@
 epoch boundaries where a hook may end training (early stopping).
 
 It knows a runner (`train(k)`, `sync`, `end_epoch`, `evaluate`), the step metrics (`Steps`, with the examples
-actually trained on) and a list of hooks; not strategies, datasets, files or MLflow. Calls run `train.steps_per_execution` steps and end
-exactly on every logging and checkpoint step, so the setting changes neither results nor logs."""
+actually trained on) and its hooks (`tfpipe.hooks.HookList`: one typed method per event); not strategies,
+datasets, files or MLflow. Calls run `train.steps_per_execution` steps and end exactly on every logging and
+checkpoint step, so the setting changes neither results nor logs."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Protocol, Sequence
 
 from tfpipe.errors import DataError
-from tfpipe.hooks import Hook
+from tfpipe.hooks import Hook, HookList
 
 log = logging.getLogger(__name__)
 
@@ -76,29 +77,25 @@ class Loop:
     def __init__(self, runner: Runner, steps: StepMetrics, hooks: Sequence[Hook], schedule: Schedule):
         self.runner = runner
         self.steps = steps
-        self.hooks = hooks
+        self.hooks = HookList(hooks)
         self.schedule = schedule
         self.step = 0
         self._window_start = 0.0
-
-    def _call(self, name: str, *args) -> None:
-        for hook in self.hooks:
-            getattr(hook, name)(*args)
 
     def fit(self, start_epoch: int, start_epoch_step: int, step: int) -> LoopResult:
         self.step = step
         result = LoopResult(step=step)
         t_start = time.perf_counter()
-        self._call("on_train_begin", step)
+        self.hooks.on_train_begin(step)
         try:
             for epoch in range(start_epoch, self.schedule.epochs):
-                if any(hook.finished() for hook in self.hooks):  # early stopping (also when resumed after it)
+                if self.hooks.finished():  # early stopping (also when resumed after it)
                     break
                 skip = start_epoch_step if epoch == start_epoch else 0
                 result.rows.append(self._epoch(epoch, skip))
                 result.epochs_run += 1
         finally:
-            self._call("on_train_end")
+            self.hooks.on_train_end()
         result.step = self.step
         result.train_seconds = time.perf_counter() - t_start
         return result
@@ -127,7 +124,7 @@ class Loop:
             "epoch_seconds": seconds,
             "epoch_examples_per_sec": examples / max(seconds, 1e-9),
         }
-        self._call("on_epoch_end", epoch, row)
+        self.hooks.on_epoch_end(epoch, row)
         self._checkpoint(epoch + 1, 0)
         self._stop_if_requested(f"at step {self.step} (end of epoch {epoch})")
         log.info(
@@ -148,7 +145,7 @@ class Loop:
                 break  # the stream ended early (a split with no full batch)
             done += ran
             self.step += ran
-            self._call("on_steps_end", self.step)
+            self.hooks.on_steps_end(self.step)
             if self.step % schedule.log_every == 0:
                 self._log_window()
             if self._stopper() is not None:  # SIGTERM/SIGINT: checkpoint this very step, then stop
@@ -172,13 +169,13 @@ class Loop:
             "examples_per_sec": examples / max(now - self._window_start, 1e-9),
         }
         self._window_start = now
-        self._call("on_log", self.step, metrics)
+        self.hooks.on_log(self.step, metrics)
 
     def _checkpoint(self, epoch: int, epoch_step: int) -> None:
-        self._call("on_checkpoint", self.step, epoch, epoch_step)
+        self.hooks.on_checkpoint(self.step, epoch, epoch_step)
 
     def _stopper(self) -> Optional[Hook]:
-        return next((hook for hook in self.hooks if hook.stop_requested()), None)
+        return self.hooks.stopper()
 
     def _stop_if_requested(self, where: str) -> None:
         stopper = self._stopper()
