@@ -24,7 +24,7 @@ ROOMS = {
     **dict.fromkeys(["cli", "__main__"], "cli"),
     **dict.fromkeys(["preflight"], "entry"),
     **dict.fromkeys(["stages", "evaluate_stage", "evaluation", "layout"], "stages"),
-    **dict.fromkeys(["distribute", "tfconfig", "precision", "determinism", "tfstart"], "runtime"),
+    **dict.fromkeys(["distribute", "strategies", "tfconfig", "precision", "determinism", "tfstart"], "runtime"),
     **dict.fromkeys(["hardware", "provenance", "workdir", "textnorm"], "runtime"),
     **dict.fromkeys(["hooks", "monitoring", "profiling", "progress"], "loop"),
     **dict.fromkeys(["__init__", "lean_keras", "errors", "exits"], "helpers"),
