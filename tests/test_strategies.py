@@ -103,6 +103,19 @@ def test_strategy_names_are_written_only_in_the_registry():
     assert not written, f"strategy names outside tfpipe/strategies.py (ask strategies.spec(name)): {written}"
 
 
+def test_only_the_registry_builds_strategies():
+    """No module but tfpipe/strategies.py calls a tf.distribute strategy class (`...Strategy(`)."""
+    built = {
+        f"{path.relative_to(ROOT)}:{node.lineno}": ast.unparse(node.func)
+        for path in _sources()
+        if path != REGISTRY_MODULE
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("Strategy")
+    }
+    assert not built, f"strategies built outside tfpipe/strategies.py: {built}"
+    assert "tf.distribute.MirroredStrategy" in REGISTRY_MODULE.read_text()
+
+
 def test_the_descriptors_answer_what_the_code_asked_of_names():
     """What the code compared names for, answered by the built-in descriptors exactly as before."""
     assert strategies.names() == (
