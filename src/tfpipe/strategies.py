@@ -40,9 +40,7 @@ class StrategySpec:
     parameter_device: bool = False  # strategy.device holds the variables, the replicas compute
     needs_tpu: bool = False  # a TPU must be reachable (strategy.tpu, else a local one); computes in bfloat16
     multi_process: bool = False  # one process per task, each with TF_CONFIG (tfpipe.launch starts them)
-    coordinated: bool = (
-        False  # a chief's ClusterCoordinator schedules steps, ps tasks hold variables: async updates
-    )
+    coordinated: bool = False  # a chief coordinates workers, ps hold the variables: asynchronous updates
     stops_together: bool = False  # a SIGTERM to one worker stops every worker at one agreed step (preemption)
 
     def __post_init__(self) -> None:
