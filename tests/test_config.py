@@ -213,17 +213,17 @@ def test_stage_refuses_bad_config_fast_without_traceback(stage, scratch_root):
 
 
 def test_choice_names_and_registries_agree():
-    """The names config accepts (tfpipe.choices) are exactly what the registries build."""
-    from tfpipe import choices, distribute, models, textnorm
+    """The names config accepts (tfpipe.choices, tfpipe.strategies) are exactly what the registries build."""
+    from tfpipe import choices, models, strategies, textnorm
     from tfpipe.config import MODEL_SCHEMAS, schema
     from tfpipe.data import inputs
 
-    assert set(distribute.STRATEGY_BUILDERS) == set(choices.STRATEGIES)
+    assert all(callable(strategy.build) for strategy in strategies.REGISTRY.values())
     assert set(models.ENTRIES) == set(schema.BUILT_IN) == set(MODEL_SCHEMAS) - {schema.CUSTOM_MODEL}
     assert tuple(inputs.SHARD_POLICIES) == choices.SHARD_POLICIES
     assert tuple(textnorm.STANDARDIZERS) == choices.STANDARDIZERS
     assert {p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")} == set(schema.BUILT_IN)
-    assert {p.stem for p in (ROOT / "conf" / "strategy").glob("*.yaml")} == set(choices.STRATEGIES)
+    assert {p.stem for p in (ROOT / "conf" / "strategy").glob("*.yaml")} == set(strategies.names())
 
 
 def test_each_model_has_its_own_schema(make_config):

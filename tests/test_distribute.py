@@ -1,4 +1,5 @@
-"""The strategy factory: registry names, the CPU fallback of `auto`, and describe_strategy."""
+"""The strategy factory (tfpipe.strategies) and TensorFlow's side of it (tfpipe.distribute): registry names, the
+CPU fallback of `auto`, and describe_strategy."""
 
 from __future__ import annotations
 
@@ -8,16 +9,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfpipe import distribute
+from tfpipe import distribute, strategies
 from tfpipe.config import StrategyConfig
 
 HAS_GPU = bool(tf.config.list_physical_devices("GPU"))
 
 
 def test_registry_holds_the_config_names():
-    from tfpipe.config import STRATEGIES
+    from tfpipe.config.schema import StrategyConfig
 
-    assert set(STRATEGIES) <= set(distribute.available_strategies())
+    assert StrategyConfig().name in strategies.names()
+    assert {p.stem for p in (ROOT / "conf" / "strategy").glob("*.yaml")} <= set(strategies.names())
 
 
 def _is_default(strategy) -> bool:
@@ -28,19 +30,19 @@ def _is_default(strategy) -> bool:
 def test_one_device_on_the_only_cpu_is_the_default_strategy():
     """OneDeviceStrategy("/cpu:0") halves a CPU step's throughput (docs/benchmarks.md): the factory gives TF's
     default strategy for the host's only CPU, and a OneDeviceStrategy for any other device."""
-    strategy = distribute.build_strategy(StrategyConfig(name="one_device", device="/cpu:0"))
+    strategy = strategies.build_strategy(StrategyConfig(name="one_device", device="/cpu:0"))
     assert _is_default(strategy) and strategy.extended.should_checkpoint
     info = distribute.describe_strategy(strategy)
     assert info["name"] == "DefaultStrategy"
     assert info["num_replicas_in_sync"] == 1 and info["worker_count"] == 1
     assert len(info["devices"]) == 1 and info["devices"][0].endswith("CPU:0")
 
-    default = distribute.build_strategy(StrategyConfig(name="one_device", device=None))
+    default = strategies.build_strategy(StrategyConfig(name="one_device", device=None))
     assert distribute.describe_strategy(default)["devices"][0].endswith("CPU:0")
 
 
 def test_one_device_strategy_places_variables_and_runs_replica_fns():
-    strategy = distribute.build_strategy(StrategyConfig(name="one_device", device="/cpu:0"))
+    strategy = strategies.build_strategy(StrategyConfig(name="one_device", device="/cpu:0"))
     with strategy.scope():
         v = tf.Variable(2.0)
     assert v.device.endswith("CPU:0")
@@ -57,7 +59,7 @@ def test_one_device_strategy_places_variables_and_runs_replica_fns():
 def test_auto_without_gpu_is_the_default_strategy_on_cpu(make_config):
     cfg = make_config("strategy=auto")
     assert cfg.strategy.name == "auto"
-    strategy = distribute.build_strategy(cfg.strategy)
+    strategy = strategies.build_strategy(cfg.strategy)
     assert _is_default(strategy)
     info = distribute.describe_strategy(strategy)
     assert info["num_replicas_in_sync"] == 1 and info["devices"][0].endswith("CPU:0")
@@ -65,24 +67,24 @@ def test_auto_without_gpu_is_the_default_strategy_on_cpu(make_config):
 
 def test_unknown_name_lists_the_valid_names():
     with pytest.raises(ValueError) as err:
-        distribute.build_strategy(StrategyConfig(name="mirorred", device=None))
+        strategies.build_strategy(StrategyConfig(name="mirorred", device=None))
     message = str(err.value)
     assert "mirorred" in message
-    for name in distribute.available_strategies():
+    for name in strategies.names():
         assert name in message
 
 
 def test_new_strategies_plug_into_the_registry():
-    @distribute.register("test_only_cpu")
     def _build(cfg):
         return tf.distribute.OneDeviceStrategy(cfg.device)
 
+    strategies.register(strategies.StrategySpec("test_only_cpu", _build, replicas="device"))
     try:
         cfg = dataclasses.replace(StrategyConfig(), name="test_only_cpu", device="/cpu:0")
-        assert isinstance(distribute.build_strategy(cfg), tf.distribute.OneDeviceStrategy)
-        assert "test_only_cpu" in distribute.available_strategies()
+        assert isinstance(strategies.build_strategy(cfg), tf.distribute.OneDeviceStrategy)
+        assert "test_only_cpu" in strategies.names()
     finally:
-        distribute.STRATEGY_BUILDERS.pop("test_only_cpu")
+        strategies.REGISTRY.pop("test_only_cpu")
 
 
 # ----------------------------------------------------------------------------- issue 3: every strategy
@@ -192,17 +194,17 @@ def test_logical_cpus_after_tf_started_is_a_clear_error():
     have = len(tf.config.list_logical_devices("CPU"))
     cfg = StrategyConfig(name="mirrored", device=None, num_logical_cpus=have + 3)
     with pytest.raises(UserError, match="strategy.num_logical_cpus"):
-        distribute.build_strategy(cfg)
+        strategies.build_strategy(cfg)
 
 
 def test_mirrored_over_an_explicit_device_list():
-    strategy = distribute.build_strategy(StrategyConfig(name="mirrored", device=None, devices=["/cpu:0"]))
+    strategy = strategies.build_strategy(StrategyConfig(name="mirrored", device=None, devices=["/cpu:0"]))
     assert isinstance(strategy, tf.distribute.MirroredStrategy) and strategy.num_replicas_in_sync == 1
 
 
 def test_tpu_without_a_tpu_fails_at_start_with_a_clear_message():
     with pytest.raises(UserError) as err:
-        distribute.build_strategy(StrategyConfig(name="tpu", device=None))
+        strategies.build_strategy(StrategyConfig(name="tpu", device=None))
     message = str(err.value)
     assert message.startswith("strategy.name=tpu") and "no TPU reachable" in message and "\n" not in message
 
@@ -211,13 +213,11 @@ def test_tpu_without_a_tpu_fails_at_start_with_a_clear_message():
 def test_multi_process_strategies_need_tf_config(name, monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(UserError, match="TF_CONFIG: not set"):
-        distribute.build_strategy(StrategyConfig(name=name, device=None))
+        strategies.build_strategy(StrategyConfig(name=name, device=None))
 
 
 def test_every_strategy_option_composes(make_config):
-    from tfpipe.config import STRATEGIES
-
-    for name in STRATEGIES:
+    for name in strategies.names():
         assert make_config(f"strategy={name}").strategy.name == name
     ps = make_config("strategy=parameter_server", "strategy.max_shards=4")
     assert (ps.strategy.num_workers, ps.strategy.num_ps, ps.strategy.max_shards) == (2, 1, 4)
@@ -260,7 +260,7 @@ CPUS = ["/job:localhost/replica:0/task:0/device:CPU:0"]
     ],
 )
 def test_auto_strategy_on_gpu_hosts(gpus, expected):
-    assert distribute.auto_plan(gpus) == expected
+    assert strategies.auto_plan(gpus) == expected
 
 
 def test_mirrored_on_gpu_hosts_replicates_over_every_gpu_with_tensorflows_all_reduce():

@@ -138,7 +138,10 @@ def test_no_module_imports_another_module_s_private_names():
     found = []
     for path in sorted([*(ROOT / "src").rglob("*.py"), *(ROOT / "pipeline").rglob("*.py")]):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("tfpipe", "pipeline"):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in (
+                "tfpipe",
+                "pipeline",
+            ):
                 found += [
                     f"{path.relative_to(ROOT)}: {node.module}.{a.name}"
                     for a in node.names

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from conftest import committed_text
 
-from tfpipe import choices
+from tfpipe import choices, strategies
 from tfpipe.cli import USAGE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def test_a_keys_comment_in_conf_or_the_schema_is_on_its_row(config_page, source,
         ("train.optimizer.name", choices.OPTIMIZERS),
         ("train.lr_schedule.name", choices.LR_SCHEDULES),
         ("data.source", choices.SOURCES),
-        ("strategy.name", choices.STRATEGIES),
+        ("strategy.name", strategies.names()),
         ("train.shard_policy", choices.SHARD_POLICIES),
         ("dataset.standardize", choices.STANDARDIZERS),
         ("train.early_stopping.monitor", choices.EARLY_STOPPING_MONITORS),

@@ -1,6 +1,6 @@
 """The names config accepts, in one TensorFlow-free module: the config schema checks against these and the
-registries (`distribute.STRATEGY_BUILDERS`, `data.inputs.SHARD_POLICIES`,
-`textnorm.STANDARDIZERS`) are built from them; tests/test_config.py asserts they agree."""
+registries (`data.inputs.SHARD_POLICIES`, `textnorm.STANDARDIZERS`) are built from them; tests/test_config.py
+asserts they agree. Strategy names are not listed here: the strategy registry (`tfpipe.strategies`) is theirs."""
 
 from __future__ import annotations
 
@@ -16,16 +16,6 @@ DATASET_NAME_RULE = (
 MODALITIES = ("image", "text")
 # model names: each built-in model's schema registers its own (tfpipe.config.model_base.built_in)
 PRETRAINED = ("imagenet",)  # model.pretrained of a backbone (null: random initialisation)
-STRATEGIES = (
-    "one_device",
-    "auto",
-    "mirrored",
-    "central_storage",
-    "multi_worker_mirrored",
-    "parameter_server",
-    "tpu",
-)
-MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 COMMUNICATIONS = ("auto", "ring", "nccl")
 LR_SCALINGS = ("none", "linear")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")

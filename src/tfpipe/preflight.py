@@ -24,6 +24,7 @@ import glob
 import os
 from pathlib import Path
 
+from tfpipe import strategies
 from tfpipe.config import DEVICE_RE, Config
 from tfpipe.errors import ConfigError, UserError
 
@@ -64,19 +65,19 @@ def check_tf_config(cfg: Config, environ) -> None:
             str(exc).replace(f"{tfconfig.TF_CONFIG}:", f"{tfconfig.TF_CONFIG}={shown!r}:", 1)
         ) from None
     jobs = sorted(spec["cluster"])
-    name = cfg.strategy.name
-    if name == "multi_worker_mirrored":
-        if "ps" in jobs or not ({"worker", "chief"} & set(jobs)):
-            raise UserError(
-                f"TF_CONFIG: cluster jobs {', '.join(jobs)} do not fit strategy.name=multi_worker_mirrored; "
-                "allowed: worker (and optionally chief), no ps"
-            )
-    elif name == "parameter_server":
-        missing = [job for job in ("chief", "worker", "ps") if job not in jobs]
+    strategy = strategies.spec(cfg.strategy.name)
+    if strategy.coordinated:
+        missing = [job for job in strategy.jobs if job not in jobs]
         if missing:
             raise UserError(
-                f"TF_CONFIG: cluster jobs {', '.join(jobs)} lack {', '.join(missing)} for strategy.name=parameter_server; "
+                f"TF_CONFIG: cluster jobs {', '.join(jobs)} lack {', '.join(missing)} for strategy.name={strategy.name}; "
                 "allowed: chief (the coordinator), worker and ps jobs"
+            )
+    elif strategy.multi_process:
+        if "ps" in jobs or not ({"worker", "chief"} & set(jobs)):
+            raise UserError(
+                f"TF_CONFIG: cluster jobs {', '.join(jobs)} do not fit strategy.name={strategy.name}; "
+                "allowed: worker (and optionally chief), no ps"
             )
 
 
@@ -89,15 +90,15 @@ def _parse_device(value: str):
 
 
 def _named_devices(cfg: Config) -> list:
-    st = cfg.strategy
-    if st.name == "one_device":
-        return [("strategy.device", st.device or "/cpu:0")]
-    if st.name in ("mirrored", "central_storage"):
-        named = [(f"strategy.devices[{i}]", d) for i, d in enumerate(st.devices or [])]
-        if st.name == "central_storage":
-            named.insert(0, ("strategy.device", st.device or "/cpu:0"))
-        return named
-    return []  # auto picks what exists; multi-process and tpu strategies take devices from the cluster
+    """The devices the strategy's keys name (auto picks what exists; multi-process and TPU strategies take
+    theirs from the cluster)."""
+    st, named = cfg.strategy, []
+    keys = strategies.spec(st.name).device_keys
+    if "device" in keys:
+        named.append(("strategy.device", st.device or "/cpu:0"))
+    if "devices" in keys:
+        named += [(f"strategy.devices[{i}]", d) for i, d in enumerate(st.devices or [])]
+    return named
 
 
 def physical_gpus() -> int:
@@ -114,7 +115,8 @@ def physical_gpus() -> int:
 def check_devices(cfg: Config) -> None:
     st = cfg.strategy
     named = _named_devices(cfg)
-    logical_cpus = max(int(st.num_logical_cpus or 0), 1) if st.name in ("mirrored", "central_storage") else 1
+    splits_cpu = strategies.spec(st.name).splits_cpu
+    logical_cpus = max(int(st.num_logical_cpus or 0), 1) if splits_cpu else 1
     gpus = None
     for key, value in named:
         kind, index, remote = _parse_device(value)
@@ -138,7 +140,8 @@ def check_devices(cfg: Config) -> None:
                 )
         if kind == "tpu":
             raise ConfigError(
-                f"{key}={value!r}: TPUs are used through strategy=tpu; allowed here: /cpu:N, /gpu:N"
+                f"{key}={value!r}: TPUs are used through strategy={strategies.first(needs_tpu=True).name}; "
+                "allowed here: /cpu:N, /gpu:N"
             )
 
 
@@ -150,13 +153,13 @@ def local_tpu_present(environ=None) -> bool:
 
 
 def check_tpu(cfg: Config, environ) -> None:
-    if cfg.strategy.name != "tpu" or (cfg.strategy.tpu or "").strip():
+    if not strategies.spec(cfg.strategy.name).needs_tpu or (cfg.strategy.tpu or "").strip():
         return
     if not local_tpu_present(environ):
         raise ConfigError(
-            "strategy.name='tpu' with strategy.tpu=null: no local TPU on this host (no /dev/accel*, /dev/vfio device "
-            "or TPU_NAME); allowed: strategy.tpu=<TPU name or grpc://address>, or another strategy "
-            "(one_device, mirrored, ...)"
+            f"strategy.name={cfg.strategy.name!r} with strategy.tpu=null: no local TPU on this host (no /dev/accel*, "
+            "/dev/vfio device or TPU_NAME); allowed: strategy.tpu=<TPU name or grpc://address>, or another strategy "
+            f"({strategies.local_examples()}, ...)"
         )
 
 

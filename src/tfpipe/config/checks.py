@@ -6,11 +6,11 @@ import difflib
 import re
 from typing import Any, Optional
 
+from tfpipe import strategies
 from tfpipe.choices import TRACKING_SCHEMES
 from tfpipe.errors import ConfigError
 
 LAUNCHERS = ("local", "ray")  # strategy.launcher: tfpipe.launch.local, or Ray Train (tfpipe.launch.ray)
-RAY_STRATEGIES = ("multi_worker_mirrored",)  # what Ray Train's TensorflowTrainer sets TF_CONFIG up for
 
 # a tf.distribute device string: [/job:J][/replica:R][/task:T]/[device:]TYPE[:INDEX]
 DEVICE_RE = re.compile(
@@ -44,12 +44,13 @@ def non_negative(key: str, value: float) -> None:
 
 
 def launcher(value: str, strategy: str) -> None:
-    """strategy.launcher: local, or ray (Ray Train runs only multi_worker_mirrored)."""
+    """strategy.launcher: local, or ray (Ray Train's TensorflowTrainer sets TF_CONFIG up for workers alone)."""
     choice("strategy.launcher", value, LAUNCHERS)
-    if value == "ray" and strategy not in RAY_STRATEGIES:
+    if value == "ray" and not strategies.spec(strategy).workers_only:
+        allowed = strategies.names(workers_only=True)
         raise ConfigError(
-            f"strategy.launcher=ray: Ray Train runs only {', '.join(RAY_STRATEGIES)}, not "
-            f"strategy.name={strategy!r}; use strategy=multi_worker_mirrored, or strategy.launcher=local"
+            f"strategy.launcher=ray: Ray Train runs only {', '.join(allowed)}, not "
+            f"strategy.name={strategy!r}; use strategy={allowed[0]}, or strategy.launcher=local"
         )
 
 

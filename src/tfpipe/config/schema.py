@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from tfpipe import choices
+from tfpipe import choices, strategies
 from tfpipe.config import airbench_schema, backbone_schema, checks  # noqa: F401 - each registers its models
 from tfpipe.config.checks import choice, device, launcher, non_negative, positive
 from tfpipe.config.custom_model_schema import CustomModelConfig
@@ -144,7 +144,7 @@ MODEL_SCHEMAS = {**BUILT_IN, CUSTOM_MODEL: CustomModelConfig}  # model.name -> s
 
 @dataclass
 class StrategyConfig:
-    name: str = "one_device"
+    name: str = strategies.DEFAULT
     device: Optional[str] = "/cpu:0"
     devices: Optional[List[str]] = None  # mirrored/central_storage: explicit device list
     num_logical_cpus: int = 0  # >1: split the CPU into N logical devices (replicas) at process start
@@ -160,12 +160,12 @@ class StrategyConfig:
     ray_address: Optional[str] = None  # launcher=ray: Ray's address (null: RAY_ADDRESS, else a local Ray)
 
     def check(self, cfg) -> None:
-        choice("strategy.name", self.name, choices.STRATEGIES)
+        choice("strategy.name", self.name, tuple(strategies.REGISTRY))
         choice("strategy.communication", self.communication, choices.COMMUNICATIONS)
         non_negative("strategy.num_logical_cpus", self.num_logical_cpus)
         for key in ("num_workers", "min_shard_bytes", "max_shards", "stop_grace_seconds"):
             positive(f"strategy.{key}", getattr(self, key))
-        if self.name == "parameter_server":
+        if strategies.spec(self.name).coordinated:
             positive("strategy.num_ps", self.num_ps)
         non_negative("strategy.max_restarts", self.max_restarts)
         launcher(self.launcher, self.name)
@@ -187,10 +187,11 @@ class PrecisionConfig:
 
     def check(self, cfg) -> None:
         choice("precision.policy", self.policy, choices.PRECISION_CHOICES)
-        if cfg.strategy.name == "tpu" and self.policy == "mixed_float16":
+        name = cfg.strategy.name
+        if strategies.spec(name).needs_tpu and self.policy == "mixed_float16":
             raise ConfigError(
-                "precision.policy='mixed_float16': TPUs compute in bfloat16, not float16 (strategy.name=tpu); "
-                "allowed with tpu: mixed_bfloat16, float32"
+                f"precision.policy='mixed_float16': TPUs compute in bfloat16, not float16 (strategy.name={name}); "
+                f"allowed with {name}: mixed_bfloat16, float32"
             )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-from tfpipe import choices
+from tfpipe import choices, strategies
 from tfpipe.config.checks import choice, non_negative, positive
 from tfpipe.errors import ConfigError
 
@@ -154,10 +154,10 @@ class TrainConfig:
 
         parse_profile_steps(self.profile_steps)  # 'FIRST-LAST', 1 <= FIRST <= LAST
         self._check_accumulation(cfg.strategy.name)
-        if self.optimizer.lookahead_every and cfg.strategy.name == "parameter_server":
+        if self.optimizer.lookahead_every and strategies.spec(cfg.strategy.name).coordinated:
             raise ConfigError(
                 f"train.optimizer.lookahead_every={self.optimizer.lookahead_every}: not supported with "
-                "strategy.name=parameter_server (asynchronous updates); allowed: 0"
+                f"strategy.name={cfg.strategy.name} (asynchronous updates); allowed: 0"
             )
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"train.label_smoothing={self.label_smoothing!r}: must be in [0, 1)")
@@ -174,9 +174,9 @@ class TrainConfig:
 
     def _check_accumulation(self, strategy: str) -> None:
         n = self.grad_accumulation_steps
-        if n > 1 and strategy == "parameter_server":
+        if n > 1 and strategies.spec(strategy).coordinated:
             raise ConfigError(
-                f"train.grad_accumulation_steps={n}: not supported with strategy.name=parameter_server "
+                f"train.grad_accumulation_steps={n}: not supported with strategy.name={strategy} "
                 "(asynchronous updates); allowed: 1"
             )
         if self.steps_per_epoch is not None and self.steps_per_epoch % n:

@@ -22,7 +22,8 @@ import string
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from tfpipe.errors import UserError
+from tfpipe import strategies
+from tfpipe.errors import ConfigError, UserError
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
 from tfpipe.tfconfig import (  # noqa: F401 - also read here by the launchers and tests
     TF_CONFIG,
@@ -60,19 +61,22 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def multi_process(strategy: str, key: str = "strategy") -> strategies.StrategySpec:
+    """The descriptor of a multi-process strategy; for any other name, ConfigError naming `key`, the value and
+    the multi-process names."""
+    found = strategies.REGISTRY.get(strategy)
+    if found is None or not found.multi_process:
+        allowed = ", ".join(strategies.names(multi_process=True))
+        raise ConfigError(f"{key}={strategy!r}: not a multi-process strategy; allowed: {allowed}")
+    return found
+
+
 def local_cluster(strategy: str, num_workers: int, num_ps: int = 0, host: str = "127.0.0.1") -> Cluster:
     """The launcher's cluster: every task on one loopback host (TensorFlow's gRPC server itself still listens
     on every interface: docs/tutorials/cluster.md)."""
     if not _is_loopback(host):
         raise UserError(f"local cluster host {host!r}: the local launcher uses loopback addresses only")
-    if strategy == "multi_worker_mirrored":
-        counts = {"worker": num_workers}
-    elif strategy == "parameter_server":
-        counts = {"chief": 1, "worker": num_workers, "ps": num_ps}
-    else:
-        raise UserError(
-            f"strategy.name={strategy!r}: not a multi-process strategy; allowed: multi_worker_mirrored, parameter_server"
-        )
+    counts = multi_process(strategy, "strategy.name").task_counts(num_workers, num_ps)
     ports = iter(free_ports(sum(counts.values()), host))
     return {job: [f"{host}:{next(ports)}" for _ in range(n)] for job, n in counts.items() if n > 0}
 
@@ -99,11 +103,7 @@ def k8s_cluster(
     namespace: str = "default",
 ) -> Cluster:
     """Stable pod DNS names of the headless Service: <job>-<type>-<i>.<job>.<namespace>.svc:<port>."""
-    counts = (
-        {"worker": num_workers}
-        if strategy == "multi_worker_mirrored"
-        else {"chief": 1, "worker": num_workers, "ps": num_ps}
-    )
+    counts = strategies.spec(strategy).task_counts(num_workers, num_ps)
     return {
         t: [f"{job_name}-{t}-{i}.{job_name}.{namespace}.svc:{port}" for i in range(n)]
         for t, n in counts.items()
@@ -126,12 +126,8 @@ def check_render_input(strategy: str, counts: Dict[str, int], overrides) -> None
     the job's command line puts overrides last, so one would silently win over the allocation), an override the
     config schema refuses (composed as the tasks will compose it)."""
     from tfpipe import config
-    from tfpipe.choices import MULTI_PROCESS_STRATEGIES
-    from tfpipe.errors import ConfigError
 
-    if strategy not in MULTI_PROCESS_STRATEGIES:
-        allowed = ", ".join(sorted(MULTI_PROCESS_STRATEGIES))
-        raise ConfigError(f"strategy={strategy!r}: not a multi-process strategy; allowed: {allowed}")
+    multi_process(strategy)
     for name, value in counts.items():
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name}={value!r}: must be a whole number >= 1")
@@ -179,8 +175,9 @@ def render_slurm(
     """deploy/slurm/train.sbatch.tmpl filled in; bad counts or overrides the config refuses raise one line."""
     import shlex
 
-    check_render_input("multi_worker_mirrored", {"nodes": nodes, "tasks_per_node": tasks_per_node,
-                                                 "cpus_per_task": cpus_per_task}, overrides)  # fmt: skip
+    strategy = strategies.first(workers_only=True).name  # Slurm's resolver describes workers alone
+    check_render_input(strategy, {"nodes": nodes, "tasks_per_node": tasks_per_node,
+                                  "cpus_per_task": cpus_per_task}, overrides)  # fmt: skip
     return render_template(
         DEPLOY_DIR / "slurm" / "train.sbatch.tmpl",
         {
@@ -189,6 +186,7 @@ def render_slurm(
             "port": port,
             "cpus_per_task": cpus_per_task,
             "time": time,
+            "strategy": strategy,
             "overrides": " ".join(shlex.quote(o) for o in overrides),
         },
     )

@@ -24,6 +24,7 @@ import os
 
 import yaml
 
+from tfpipe import strategies
 from tfpipe.errors import ConfigError
 from tfpipe.launch.cluster import DEPLOY_DIR, TF_CONFIG, k8s_cluster, render_template, roles, tf_config
 
@@ -45,7 +46,7 @@ CONTAINER_SECURITY = {
 def render_k8s(
     job_name: str,
     image: str,
-    strategy: str = "multi_worker_mirrored",
+    strategy: str = strategies.first(workers_only=True).name,
     num_workers: int = 2,
     num_ps: int = 1,
     port: int = 2222,
@@ -56,19 +57,18 @@ def render_k8s(
     runtime: str = "tensorflow",
 ) -> str:
     """One multi-document manifest (see the module docstring); bad input raises one line (ConfigError)."""
-    from tfpipe.launch.cluster import check_render_input
+    from tfpipe.launch.cluster import check_render_input, multi_process
 
     if controller not in CONTROLLERS:
         raise ConfigError(f"controller={controller!r}: allowed: {', '.join(CONTROLLERS)}")
-    if controller != "tfjob" and strategy == "parameter_server":  # ps and workers serve until stopped
+    coordinated = multi_process(strategy).coordinated
+    if controller != "tfjob" and coordinated:  # ps and workers serve until stopped
         raise ConfigError(
-            f"strategy=parameter_server with controller={controller!r}: its ps and worker tasks never exit, "
+            f"strategy={strategy} with controller={controller!r}: its ps and worker tasks never exit, "
             "so their Jobs would never finish; use controller='tfjob' (the operator stops them when the "
             "chief succeeds)"
         )
-    counts = {"num_workers": num_workers, "port": port} | (
-        {"num_ps": num_ps} if strategy == "parameter_server" else {}
-    )
+    counts = {"num_workers": num_workers, "port": port} | ({"num_ps": num_ps} if coordinated else {})
     check_render_input(strategy, counts, overrides)
     cluster = k8s_cluster(job_name, strategy, num_workers, num_ps, port, namespace)
     names = {"job_name": job_name, "namespace": namespace, "port": port}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from tfpipe import strategies
 from tfpipe.commands.entry import OneLineParser  # a usage error in one line, as every tfpipe command
 from tfpipe.errors import ConfigError, one_line
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
@@ -23,7 +24,7 @@ def main(argv=None) -> int:
     parser.add_argument("image")
     parser.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="KEY=VALUE, as for the stages")
     parser.add_argument("--controller", default="job", help=f"one of {', '.join(CONTROLLERS)} (default: job)")
-    parser.add_argument("--strategy", default="multi_worker_mirrored")
+    parser.add_argument("--strategy", default=strategies.first(workers_only=True).name)
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--num-ps", type=int, default=1)
     parser.add_argument("--port", type=int, default=2222)

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from tfpipe.choices import MULTI_PROCESS_STRATEGIES
+from tfpipe import strategies
 from tfpipe.errors import ConfigError
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_SIGINT, STOP_CODES, signal_exit
 from tfpipe.interrupts import LAUNCHER_PID_ENV, die_with_launcher
@@ -76,6 +76,7 @@ class Launcher:
         self.cluster = cluster.local_cluster(strategy, num_workers, num_ps)
         self.roles = cluster.roles(self.cluster)
         self.strategy = strategy
+        self.spec = strategies.spec(strategy)
         self.train_args = list(train_args)
         self.cwd = Path(cwd)
         self.grace = grace
@@ -136,14 +137,14 @@ class Launcher:
 
     def wait(self) -> int:
         chief = self.procs[self.chief_role()]
-        servers = self.strategy == "parameter_server"
+        servers = self.spec.coordinated  # workers and ps serve until stopped; the chief's exit ends the job
         try:
             while True:
                 for role, p in self.procs.items():
                     code = p.poll()
                     if code is None:
                         continue
-                    if code in STOP_CODES and self.strategy == "multi_worker_mirrored":
+                    if code in STOP_CODES and self.spec.stops_together:
                         return self._stopped(role, p)
                     if code != 0:
                         self._say(
@@ -212,10 +213,10 @@ def launch(cfg, root: Path, train_args: Sequence[str] = (), grace: Optional[floa
     """Run the job; when a process dies, stop the rest and start the whole job again, up to
     `strategy.max_restarts` times (the chief resumes from the last checkpoint, in the same MLflow run)."""
     st = cfg.strategy
-    if st.name not in MULTI_PROCESS_STRATEGIES:
-        raise ConfigError(
-            f"strategy.name={st.name!r}: the launcher starts only {', '.join(MULTI_PROCESS_STRATEGIES)}"
-        )
+    strategy = strategies.spec(st.name)
+    if not strategy.multi_process:
+        allowed = ", ".join(strategies.names(multi_process=True))
+        raise ConfigError(f"strategy.name={st.name!r}: the launcher starts only {allowed}")
     grace = st.stop_grace_seconds if grace is None else grace
     out = out or sys.stdout
     attempt = 0
@@ -223,7 +224,7 @@ def launch(cfg, root: Path, train_args: Sequence[str] = (), grace: Optional[floa
         code = Launcher(
             st.name,
             st.num_workers,
-            st.num_ps if st.name == "parameter_server" else 0,
+            st.num_ps if strategy.coordinated else 0,
             train_args,
             root,
             grace=grace,
@@ -262,10 +263,11 @@ def train_stage(cfg, root: Path, train_args: Sequence[str] = ()):
     from tfpipe.launch import cluster, k8s
 
     k8s.tf_config_from_indexed_job()  # a pod of a rendered Indexed Job: TF_CONFIG from its completion index
-    if cfg.strategy.name in MULTI_PROCESS_STRATEGIES and not os.environ.get(cluster.TF_CONFIG, "").strip():
+    strategy = strategies.spec(cfg.strategy.name)
+    if strategy.multi_process and not os.environ.get(cluster.TF_CONFIG, "").strip():
         return launch_stage(cfg, root, train_args)
     die_with_launcher()
-    if cfg.strategy.name == "parameter_server" and cluster.task()[0] in ("worker", "ps"):
+    if strategy.coordinated and cluster.task()[0] in ("worker", "ps"):
         from tfpipe import distribute
 
         return distribute.run_server(cfg.strategy)  # serves until stopped

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from tfpipe import strategies
 from tfpipe.errors import ConfigError
 from tfpipe.exits import EXIT_FAILED, EXIT_OK
 
@@ -164,7 +165,7 @@ def render_rayjob(
     if num_workers < 1:
         raise ConfigError(f"num_workers={num_workers!r}: must be > 0")
     args = [
-        "strategy=multi_worker_mirrored",
+        f"strategy={strategies.first(workers_only=True).name}",  # Ray Train's TF_CONFIG describes workers alone
         "strategy.launcher=ray",
         f"strategy.num_workers={num_workers}",
         *overrides,

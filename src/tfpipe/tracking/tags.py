@@ -6,6 +6,8 @@ import dataclasses
 import platform
 from typing import Any, Optional
 
+from tfpipe import strategies
+
 
 def resolved_precision(cfg) -> str:
     """The policy training uses: `auto` resolved from this host's hardware, other names as given."""
@@ -93,15 +95,17 @@ def run_tags(cfg, strategy_info: Any, manifest_digest: Optional[str], provenance
 
 
 def _strategy_tags(cfg, strategy: dict) -> dict:
-    """replicas, device and strategy.<field> from what training reports (known before training for one_device)."""
+    """replicas, device and strategy.<field> from what training reports (known before training for a strategy
+    with one replica on strategy.device)."""
     tags: dict[str, Any] = {}
+    one_replica = strategies.spec(cfg.strategy.name).replicas == "device"
     replicas = _first(strategy, "num_replicas_in_sync", "num_replicas", "replicas")
-    if replicas is None and cfg.strategy.name == "one_device":
+    if replicas is None and one_replica:
         replicas = 1
     if replicas is not None:
         tags["replicas"] = replicas
     device = _first(strategy, "device", "devices", "worker_devices")
-    if device is None and cfg.strategy.name == "one_device":
+    if device is None and one_replica:
         device = cfg.strategy.device
     if device is not None:
         tags["device"] = device

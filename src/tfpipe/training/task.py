@@ -12,8 +12,7 @@ from typing import Callable, List, Optional
 import keras
 import tensorflow as tf
 
-from tfpipe import data, textnorm
-from tfpipe.choices import MULTI_PROCESS_STRATEGIES
+from tfpipe import data, strategies, textnorm
 from tfpipe.data.inputs import shard_by_file
 from tfpipe.errors import DataError
 from tfpipe.models import (
@@ -27,9 +26,6 @@ from tfpipe.models import (
 log = logging.getLogger(__name__)
 
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
-# Strategies that set TensorFlow up as it starts (collective ops, a cluster): no team model is built before them.
-CLUSTER_STRATEGIES = (*MULTI_PROCESS_STRATEGIES, "tpu")
-LOGICAL_CPU_STRATEGIES = ("mirrored", "central_storage")  # their devices: distribute.configure_devices
 
 
 @dataclass
@@ -77,9 +73,10 @@ def preflight(cfg, manifest: dict, prepared_dir: Path) -> None:
         from tfpipe.models import custom, model_inputs
 
         custom.check_arguments(cfg.model)
-        if cfg.strategy.name in CLUSTER_STRATEGIES:  # their first build, in the run, says it
+        strategy = strategies.spec(cfg.strategy.name)
+        if strategy.joins_cluster:  # TensorFlow must start connected: the first build, in the run, says it
             return
-        if cfg.strategy.name in LOGICAL_CPU_STRATEGIES:  # split the CPU first: a builder may start TensorFlow
+        if strategy.splits_cpu:  # split the CPU first: a builder may start TensorFlow
             from tfpipe import distribute
 
             distribute.configure_devices(cfg.strategy)

@@ -1,6 +1,6 @@
 """`train(cfg, prepared_dir=..., output_dir=..., sink=...)`: builds the pieces from the config and runs them.
 
-Seeds and op determinism, the precision policy, the strategy (`tfpipe.distribute`), the task (model, loss,
+Seeds and op determinism, the precision policy, the strategy (`tfpipe.strategies`), the task (model, loss,
 datasets from the manifest), the runner for the strategy, the steps under `strategy.scope()`, the work
 directory (resume from its newest checkpoint: finished epochs are not rerun and a run interrupted mid-epoch
 skips the batches it had trained on; epoch e is shuffled with the seed pair (seed, e) and the checkpoint holds
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from tfpipe import determinism, distribute, files, monitoring, phases, precision, progress
+from tfpipe import determinism, distribute, files, monitoring, phases, precision, progress, strategies
 from tfpipe.hooks import CheckpointHook, Hook, MetricsSink, SinkHook
 from tfpipe.models import warmstart
 from tfpipe.training.epochs import EpochLayersHook
@@ -74,7 +74,7 @@ def train(
     distribute.configure_devices(cfg.strategy)  # logical CPUs: before anything initialises TF's devices
     settings = determinism.setup(cfg.train.seed, cfg.train.deterministic)
     with precision.policy_scope(cfg.precision) as policy:
-        strategy = distribute.build_strategy(cfg.strategy)
+        strategy = strategies.build_strategy(cfg.strategy)
         global_batch = cfg.train.batch_size_per_replica * strategy.num_replicas_in_sync
         task = Task.from_prepared(cfg, Path(prepared_dir), global_batch)
         result = _train(
