@@ -99,9 +99,9 @@ def _logged_class_names(local: Path, spec: str) -> dict:
     MLmodel metadata, each where present."""
     import json
 
-    mlmodel = _mlmodel(local)
+    mlmodel = model_uri.mlmodel(local)
     named = {}
-    artifact = (_flavor(mlmodel).get("artifacts") or {}).get("class_names")
+    artifact = (model_uri.pyfunc_flavor(mlmodel).get("artifacts") or {}).get("class_names")
     if artifact is not None:
         try:
             named["its class_names.json"] = json.loads((local / artifact["path"]).read_text(encoding="utf-8"))
@@ -111,22 +111,6 @@ def _logged_class_names(local: Path, spec: str) -> dict:
     if isinstance(metadata, dict) and "class_names" in metadata:
         named["its MLmodel metadata"] = metadata["class_names"]
     return named
-
-
-def _mlmodel(local: Path) -> dict:
-    import yaml
-
-    try:
-        mlmodel = yaml.safe_load((local / "MLmodel").read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return {}
-    return mlmodel if isinstance(mlmodel, dict) else {}
-
-
-def _flavor(mlmodel: dict) -> dict:
-    flavors = mlmodel.get("flavors")
-    flavor = flavors.get("python_function") if isinstance(flavors, dict) else None
-    return flavor if isinstance(flavor, dict) else {}
 
 
 def _inside(local: Path, path) -> bool:
@@ -164,7 +148,7 @@ def verify_code(local: Path, spec: str) -> None:
     def refuse(why: str) -> UserError:
         return UserError(f"{KEY}={spec!r}: {why}; refused: loading it would run that code as you")
 
-    flavor = _flavor(_mlmodel(local))
+    flavor = model_uri.pyfunc_flavor(model_uri.mlmodel(local))
     if not flavor:
         raise refuse("its MLmodel file has no python_function flavor")
     code = local / Path(str(flavor.get("model_code_path") or "")).name

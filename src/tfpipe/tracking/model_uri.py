@@ -109,15 +109,30 @@ def _missing(client: MlflowClient, name: str, alias: str) -> str:
     return f"no such version of registered model {name!r}"
 
 
-def saved_model_folder(local: Path) -> Path | None:
-    """The SavedModel a downloaded tfpipe model loads: the folder its MLmodel names as the `saved_model` artifact
-    (what MLflow hands serving_model.py), when it is inside the model folder."""
+def mlmodel(local: Path) -> dict:
+    """The MLmodel file of the model folder `local` as a mapping ({} for none, or one that is no YAML mapping):
+    the one reader of it (a downloaded model is untrusted: safe_load, nothing instantiated)."""
     import yaml
 
     try:
-        flavor = yaml.safe_load((local / "MLmodel").read_text(encoding="utf-8"))["flavors"]["python_function"]
-        path = str(flavor["artifacts"]["saved_model"]["path"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        found = yaml.safe_load((local / "MLmodel").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def pyfunc_flavor(described: dict) -> dict:
+    """The python_function flavor of an `mlmodel` mapping ({} when it has none)."""
+    flavors = described.get("flavors")
+    flavor = flavors.get("python_function") if isinstance(flavors, dict) else None
+    return flavor if isinstance(flavor, dict) else {}
+
+
+def saved_model_folder(local: Path) -> Path | None:
+    """The SavedModel a downloaded tfpipe model loads: the folder its MLmodel names as the `saved_model` artifact
+    (what MLflow hands serving_model.py), when it is inside the model folder."""
+    try:
+        path = str(pyfunc_flavor(mlmodel(local))["artifacts"]["saved_model"]["path"])
+    except (KeyError, TypeError):
         return None
-    folder = (local / path).resolve()
-    return folder if path and folder.is_relative_to(local.resolve()) else None
+    return (local / path).resolve() if path and files.within(local / path, local, resolve=True) else None
