@@ -309,3 +309,17 @@ def test_mlflow_run_unknown_param_names_the_key_and_p_overrides(project, capsys)
     with pytest.raises(SystemExit) as exited:  # a misspelt flag with no value stays argparse's usage error
         _cli(capsys, project, ["--debg"])
     assert exited.value.code == 2 and "unrecognized arguments: --debg" in capsys.readouterr().err
+
+
+def test_a_flag_of_the_stage_or_of_its_hydra_group_is_never_taken_for_an_mlflow_param(tmp_path):
+    """`mlflow run -P epochs=2` arrives as `--epochs 2` and becomes train.epochs=2; the stage's own flags, those
+    added through argparse groups (Hydra's) included, stay flags (OneLineParser.flags, issue 53: no argparse
+    private)."""
+    from tfpipe.commands import entry
+
+    parser = entry._parser("train", "d", ROOT, "")
+    assert {"params", "debug", "v", "verbose", "h", "help", "cfg", "c", "package", "p", "multirun"} <= parser.flags
+    argv = ["--cfg", "job", "-p", "train", "--epochs", "2", "--train.seed=3", "--params", "x.yaml"]
+    out, turned = entry._mlflow_params(parser, argv)
+    assert out == ["--cfg", "job", "-p", "train", "train.epochs=2", "train.seed=3", "--params", "x.yaml"]
+    assert turned == [("train.epochs", "2"), ("train.seed", "3")]

@@ -224,7 +224,6 @@ def test_the_launcher_composes_as_the_stage_did(capsys, project):
     def run(cfg, root, train_args=()):
         handed.append(list(train_args))
 
-    run.wants_args = True
     _cli(capsys, project, ["--params", "params.yaml", "train.epochs=1"], run=run)
     _cli(capsys, project, ["train.epochs=1"], run=run)
     assert handed == [["--params", "params.yaml", "train.epochs=1"], ["train.epochs=1"]]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import logging
 import os
 import re
@@ -40,7 +41,29 @@ DEBUG_ENV = "TFPIPE_DEBUG"
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line too (the usage is in --help)."""
+    """argparse, but a usage error is one line too (the usage is in --help); `flags` holds every option string it
+    takes, without dashes (argparse keeps no public list of them), its groups' included."""
+
+    def __init__(self, *args, **kwargs):
+        self.flags: set = set()  # before argparse adds -h/--help
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *names, **kwargs):
+        action = super().add_argument(*names, **kwargs)
+        self.flags.update(o.lstrip("-") for o in action.option_strings)
+        return action
+
+    def add_argument_group(self, *args, **kwargs):
+        group = super().add_argument_group(*args, **kwargs)
+        add = group.add_argument
+
+        def noted(*names, **options):
+            action = add(*names, **options)
+            self.flags.update(o.lstrip("-") for o in action.option_strings)
+            return action
+
+        group.add_argument = noted  # type: ignore[method-assign]
+        return group
 
     def error(self, message):  # noqa: D401 - argparse API
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
@@ -95,7 +118,7 @@ def cli(
     )
 
 
-def _parser(stage: str, description: str, root: Path, prog: str) -> argparse.ArgumentParser:
+def _parser(stage: str, description: str, root: Path, prog: str) -> OneLineParser:
     """A stage's arguments: its overrides, --params, --debug, -v and Hydra's standard flags."""
     parser = OneLineParser(
         prog=prog or f"python -m pipeline.{stage}",
@@ -154,11 +177,11 @@ MLFLOW_SHORT_KEYS = {
 }
 
 
-def _mlflow_params(parser: argparse.ArgumentParser, argv: list) -> tuple[list, list]:
+def _mlflow_params(parser: OneLineParser, argv: list) -> tuple[list, list]:
     """argv with each `--KEY VALUE` (or `--KEY=VALUE`) that is not one of the parser's flags turned into the
     override `KEY=VALUE` (a short name as its key), and the (KEY, VALUE) pairs turned: how `mlflow run -P
     train.epochs=1` and `-P epochs=1` arrive."""
-    flags = {o.lstrip("-") for o in parser._option_string_actions}  # argparse keeps no public list of them
+    flags = parser.flags
     out, turned, i = [], [], 0
     while i < len(argv):
         match = _MLFLOW_PARAM.match(argv[i])
@@ -195,8 +218,9 @@ def _check_mlflow_keys(stage: str, turned: list) -> int | None:
 
 
 def _with_args(run: Callable, overrides: list, params: str | None) -> Callable:
-    """Stages that start other processes (the launcher) get the arguments to hand on: they compose the same."""
-    if getattr(run, "wants_args", False):
+    """Stages that start other processes (the launcher) get the arguments to hand on, so they compose the same:
+    those whose signature takes `train_args`."""
+    if "train_args" in inspect.signature(run).parameters:
         return functools.partial(run, train_args=[*(["--params", params] if params else []), *overrides])
     return run
 

@@ -252,11 +252,6 @@ def launch_stage(cfg, root: Path, train_args: Sequence[str] = ()) -> None:
         raise SystemExit(code)
 
 
-# The mark commands.entry reads (getattr) to hand a stage the command line's arguments (tests mark their own
-# stand-ins the same way); mypy types no attribute set on a function.
-launch_stage.wants_args = True  # type: ignore[attr-defined]
-
-
 def train_stage(cfg, root: Path, train_args: Sequence[str] = ()):
     """The train entry point: hand a multi-process strategy without TF_CONFIG to the launcher; under
     parameter_server, worker and ps tasks serve the cluster; everyone else runs the train stage."""
@@ -274,6 +269,3 @@ def train_stage(cfg, root: Path, train_args: Sequence[str] = ()):
     from tfpipe.stages import run_train
 
     return run_train(cfg, root)
-
-
-train_stage.wants_args = True  # type: ignore[attr-defined]  # the mark above, as launch_stage's
