@@ -11,9 +11,9 @@ artifacts); for DVC-tracked sweeps use `dvc exp run --queue` (see README, "Worki
 Hydra writes its per-job logs under multirun/<date>/<time>/.
 """
 
-import os
+from tfpipe.commands import environment
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+environment.set_defaults()  # before Hydra's app imports TensorFlow
 
 import hydra  # noqa: E402
 

@@ -318,7 +318,19 @@ def test_a_flag_of_the_stage_or_of_its_hydra_group_is_never_taken_for_an_mlflow_
     from tfpipe.commands import entry
 
     parser = entry._parser("train", "d", ROOT, "")
-    assert {"params", "debug", "v", "verbose", "h", "help", "cfg", "c", "package", "p", "multirun"} <= parser.flags
+    assert {
+        "params",
+        "debug",
+        "v",
+        "verbose",
+        "h",
+        "help",
+        "cfg",
+        "c",
+        "package",
+        "p",
+        "multirun",
+    } <= parser.flags
     argv = ["--cfg", "job", "-p", "train", "--epochs", "2", "--train.seed=3", "--params", "x.yaml"]
     out, turned = entry._mlflow_params(parser, argv)
     assert out == ["--cfg", "job", "-p", "train", "train.epochs=2", "train.seed=3", "--params", "x.yaml"]

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
+from tfpipe.commands import environment
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
 
 
@@ -163,6 +164,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         sys.exit(EXIT_BAD_INPUT)
     if name in (*STAGES, "tune", "sweep"):
         _project_on_path()
+    environment.set_defaults()
     COMMANDS[name].run(rest)
 
 
@@ -176,7 +178,7 @@ def sweep(argv: Sequence[str]) -> None:
             file=sys.stderr,
         )
         sys.exit(EXIT_BAD_INPUT)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    environment.set_defaults()
     import hydra
 
     from tfpipe import config

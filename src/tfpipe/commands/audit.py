@@ -23,15 +23,12 @@ metrics (timing metrics excluded), side by side. Exit codes: 0 no differences, 1
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
+from tfpipe.commands import environment
 from tfpipe.commands.hydra_flags import CommandParser
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_DIFFERS, EXIT_OK, signal_exit
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 AUDIT_DOC = "Audit a recorded MLflow run: check it against this project, or --rerun it."
 COMPARE_DOC = "Compare two recorded runs."
@@ -133,6 +130,7 @@ def _whole_ids(args, root: Path) -> None:
 
 
 def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
+    environment.set_defaults()
     args = _audit_parser(prog).parse_args(argv)
     if args.apply_diff == "":  # the flag alone: the form before a review's digest was asked for
         print(
@@ -186,6 +184,7 @@ def audit_main(argv=None, prog: str = "python -m pipeline.audit") -> int:
 
 
 def compare_main(argv=None, prog: str = "python -m pipeline.compare") -> int:
+    environment.set_defaults()
     parser = CommandParser(prog=prog, description=COMPARE_DOC, does="compares two recorded runs")
     parser.add_argument("run_a", help="a run's id, or a unique prefix of it (at least 8 characters)")
     parser.add_argument("run_b", help="the other run's id, or a unique prefix of it")

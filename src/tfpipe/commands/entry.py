@@ -24,18 +24,9 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from tfpipe.commands import hydra_flags
+from tfpipe.commands import environment, hydra_flags
 from tfpipe.errors import USER_ERRORS, one_line
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK, signal_exit  # EXIT_BAD_INPUT: also imported from here
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's C++ start-up chatter out of stage logs
-# MLflow's "Downloading artifacts" bars (log_model reads the logged model back to validate it): not a stage's progress
-os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-# MLflow's "View run ... at: URL" lines on a tracking server, twice per stage: each stage's last line names the run
-os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-# MLflow's INFO lines (a new store's "Creating initial MLflow database tables", log_model's "Validating input
-# example"): its warnings and errors stay; -v shows them all
-os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 DEBUG_ENV = "TFPIPE_DEBUG"
 
@@ -88,6 +79,7 @@ def cli(
     prog: str = "",
 ) -> int:
     """The whole command line of one stage, in-process; returns the exit code (tests call this)."""
+    environment.set_defaults()
     parser = _parser(stage, description, root, prog)
     argv, from_mlflow = _mlflow_params(parser, list(argv))
     args = parser.parse_args(argv)

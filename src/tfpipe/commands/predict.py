@@ -9,7 +9,6 @@ Exit codes: 0 written, 2 bad input (one line, nothing written)."""
 from __future__ import annotations
 
 import csv
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from tfpipe import progress
+from tfpipe.commands import environment
 from tfpipe.commands.hydra_flags import CommandParser
 from tfpipe.config.schema import DataConfig
 from tfpipe.data.decode import Refused, decode_image_file, decode_text_file
@@ -25,10 +25,6 @@ from tfpipe.errors import USER_ERRORS, UserError, one_line
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
 from tfpipe.files import atomic_open
 
-os.environ.setdefault(
-    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"
-)  # our bar is the files' (read at download)
-
 DOC = "Score a folder of images or .txt files with a logged tfpipe model; write one CSV row per file."
 LIMITS = (
     DataConfig()
@@ -36,6 +32,7 @@ LIMITS = (
 
 
 def main(argv=None, prog: str = "python -m pipeline.predict") -> int:
+    environment.set_defaults()
     parser = CommandParser(prog=prog, description=DOC, does="scores a folder with a logged model")
     parser.add_argument(
         "model_uri", help="runs:/RUN_ID/model, models:/NAME@ALIAS, models:/NAME/VERSION or a folder"
@@ -51,8 +48,6 @@ def main(argv=None, prog: str = "python -m pipeline.predict") -> int:
         "--tracking-uri", default=None, help="MLflow store (default: MLFLOW_TRACKING_URI or params.yaml)"
     )
     args = parser.parse_args(argv)
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the bar shown is the files'
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TF's C++ start-up chatter stays off stderr
     try:
         summary = predict(
             args.model_uri, Path(args.input_dir), Path(args.out), args.batch_size, args.tracking_uri

@@ -14,14 +14,12 @@ Exit codes: 0 promoted (or already there), 2 bad input or refused (one line on s
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
+from tfpipe.commands import environment
 from tfpipe.commands.hydra_flags import CommandParser
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
-
-os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 DOC = "Point a registry alias (e.g. champion) at a run's model version (registering the model if need be)."
 
@@ -77,6 +75,7 @@ def _parser(prog: str) -> CommandParser:
 
 
 def main(argv=None, prog: str = "python -m pipeline.promote") -> int:
+    environment.set_defaults()
     args = _parser(prog).parse_args(argv)
 
     from tfpipe.audit import tracking_uri_for

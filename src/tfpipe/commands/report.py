@@ -16,10 +16,10 @@ that is not there, an --out folder holding other files: one line on stderr, noth
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
+from tfpipe.commands import environment
 from tfpipe.commands.hydra_flags import CommandParser
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK
 
@@ -81,9 +81,8 @@ def _check_metric(runs: list, metric: str) -> None:
 
 
 def main(argv=None, prog: str = "tfpipe report") -> int:
+    environment.set_defaults()
     args = _parser(prog).parse_args(argv)
-    # MLflow's download progress bars off: one line on stdout, nothing on stderr but an error
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
     from tfpipe import report
     from tfpipe.errors import USER_ERRORS

@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tfpipe.commands import environment
 from tfpipe.commands.hydra_flags import CommandParser
 from tfpipe.errors import UserError
 from tfpipe.exits import EXIT_BAD_INPUT, signal_exit
@@ -32,6 +33,7 @@ DOC = "Check a logged tfpipe model, then serve it with MLflow's scoring app behi
 
 
 def main(argv=None, prog: str = "python -m pipeline.serve") -> int:
+    environment.set_defaults()
     parser = CommandParser(prog=prog, description=DOC, does="serves a logged model")
     parser.add_argument(
         "model_uri", help="runs:/RUN_ID/model, models:/NAME@ALIAS, models:/NAME/VERSION or a folder"
@@ -61,10 +63,6 @@ def main(argv=None, prog: str = "python -m pipeline.serve") -> int:
         "--tracking-uri", default=None, help="MLflow store (default: MLFLOW_TRACKING_URI or params.yaml)"
     )
     args = parser.parse_args(argv)
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    os.environ.setdefault(
-        "TF_CPP_MIN_LOG_LEVEL", "2"
-    )  # the server's TensorFlow start-up lines, as in the stages
     from tfpipe.audit import tracking_uri_for
     from tfpipe.errors import USER_ERRORS
     from tfpipe.tracking import loading

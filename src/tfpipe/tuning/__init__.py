@@ -46,7 +46,10 @@ def _parse(argv, prog: str):
 
 
 def main(argv=None, prog: str = "python -m pipeline.tune") -> int:
+    from tfpipe.commands import environment
     from tfpipe.errors import USER_ERRORS
+
+    environment.set_defaults()
 
     args = _parse(sys.argv[1:] if argv is None else argv, prog)
     logging.basicConfig(
