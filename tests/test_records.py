@@ -1,7 +1,8 @@
 """One home for what a training's run records (issue 53): `tfpipe.records`.
 
 - The train stage writes nothing to its run itself: it calls `records.opened` and `records.finished`, once each,
-  and `run_tags` is called in `records` alone (read from the source with ast).
+  and `run_tags` is called in `records` alone (read from the source with ast). `run_tags` at open plus
+  `strategy_tags` at the end are, name for name, what `run_tags` called again at the end wrote before.
 - Everything `records` writes has its row on docs/reference/records.md, with every condition on: a real training
   (two epochs of a tiny CNN, early stopping on) into a real SQLite MLflow store, then its record written on a
   fresh run as a resumed, warm-started, multi-worker training without a logged model would write it (the
@@ -59,6 +60,32 @@ def test_run_tags_is_called_once_in_src_and_there_in_records():
         if name.rpartition(".")[2] == "run_tags"
     ]
     assert [path for path, _ in where] == ["records.py"], where
+
+
+@pytest.mark.parametrize("strategy", ["one_device", "mirrored", "multi_worker_mirrored"])
+def test_run_tags_at_open_and_the_strategy_tags_at_the_end_are_what_run_tags_at_the_end_was(
+    make_config, strategy
+):
+    """`finished` tags only the strategy's part of `run_tags` (the rest went in at open): with training's report
+    of the strategy, the two together are `run_tags` with that report, each name and value."""
+    from tfpipe import provenance
+    from tfpipe.tracking.tags import run_tags, strategy_tags
+
+    cfg = make_config("experiment=smoke", f"strategy={strategy}")
+    report = {
+        "name": "MirroredStrategy",
+        "num_replicas_in_sync": 2,
+        "devices": ["/cpu:0", "/cpu:1"],
+        "extra": {},
+    }
+    prov = provenance.collect(ROOT)
+    for info in (report, {"name": "OneDeviceStrategy", "device": "/cpu:0"}, {}):
+        assert {**run_tags(cfg, None, "d" * 64, prov), **strategy_tags(cfg, info)} == run_tags(
+            cfg, info, "d" * 64, prov
+        )
+    assert strategy_tags(cfg, report)["replicas"] == "2" and "strategy.extra" not in strategy_tags(
+        cfg, report
+    )
 
 
 @pytest.fixture(scope="module")
