@@ -239,7 +239,7 @@ def test_auto_reference_pins_the_first_prepare_and_finds_drift_in_the_next(
 
 
 class _Run:
-    """The two calls tfpipe.stages._log_data_report makes on a tracking run, on a real MLflow client."""
+    """The two calls tfpipe.records.data_report makes on a tracking run, on a real MLflow client."""
 
     def __init__(self, client, experiment):
         self.client, self.run_id = client, client.create_run(experiment).info.run_id
@@ -258,7 +258,7 @@ def logged_runs(trees, tmp_path_factory):
     (uri, run A, run B, run C) as run ids."""
     import mlflow
 
-    from tfpipe.stages import _log_data_report
+    from tfpipe.records import data_report
 
     _, skewed, _, reference = trees
     base = tmp_path_factory.mktemp("runs")
@@ -266,8 +266,8 @@ def logged_runs(trees, tmp_path_factory):
     client = mlflow.MlflowClient(uri)
     experiment = client.create_experiment("e", artifact_location=(base / "art").as_uri())
     run_a, run_b, run_c = (_Run(client, experiment) for _ in range(3))
-    _log_data_report(run_a, reference.parent)
-    _log_data_report(run_b, prepare_tree(skewed, base / "skewed", *VAL).prepared_dir)
+    data_report(run_a, reference.parent)
+    data_report(run_b, prepare_tree(skewed, base / "skewed", *VAL).prepared_dir)
     return uri, run_a.run_id, run_b.run_id, run_c.run_id
 
 

@@ -68,10 +68,10 @@ def test_an_audit_record_holds_no_secret(store):
 
 
 def test_a_data_report_holds_no_secret_once_logged(store, make_config, prepared_text):
-    """The train stage's upload of data/report.json (`stages._log_data_report`): prepare's real report of a text
+    """The train stage's upload of data/report.json (`records.data_report`): prepare's real report of a text
     set, a form in each string field a prepare fills from the data or the config: the dataset's name, a class
     name, a listed example, a setting."""
-    from tfpipe import stages, tracking
+    from tfpipe import records, tracking
     from tfpipe.data.report import REPORT_FILE
 
     project, _ = store
@@ -84,7 +84,7 @@ def test_a_data_report_holds_no_secret_once_logged(store, make_config, prepared_
     report["settings"]["reference"] = LINES[-1]
     (prepared / REPORT_FILE).write_text(json.dumps(report, indent=2))
     with tracking.start_run(make_config("experiment=smoke"), project, stage="train") as run:
-        stages._log_data_report(run, prepared)
+        records.data_report(run, prepared)
     uploaded = [p for p in project.rglob(REPORT_FILE) if "prepared" not in p.parts]
     assert uploaded, "no data report was logged"
     _assert_none_in(_everything(project))

@@ -23,7 +23,7 @@ SRC = ROOT / "src" / "tfpipe"
 ROOMS = {
     **dict.fromkeys(["cli", "__main__"], "cli"),
     **dict.fromkeys(["preflight"], "entry"),
-    **dict.fromkeys(["stages", "evaluate_stage", "evaluation", "layout"], "stages"),
+    **dict.fromkeys(["stages", "evaluate_stage", "evaluation", "layout", "records"], "stages"),
     **dict.fromkeys(["strategies", "distribute", "tfconfig", "precision", "determinism"], "runtime"),
     **dict.fromkeys(["tfstart", "hardware", "provenance", "workdir", "textnorm"], "runtime"),
     **dict.fromkeys(["hooks", "monitoring", "profiling", "progress"], "loop"),

@@ -94,6 +94,12 @@ def run_tags(cfg, strategy_info: Any, manifest_digest: Optional[str], provenance
     return {key: _text(value) for key, value in tags.items()}
 
 
+def strategy_tags(cfg, strategy_info: Any) -> dict:
+    """The tags of `run_tags` that training's report of its strategy decides (replicas, device, strategy.<field>):
+    what is known only once training has built the strategy."""
+    return {key: _text(value) for key, value in _strategy_tags(cfg, _as_dict(strategy_info)).items()}
+
+
 def _strategy_tags(cfg, strategy: dict) -> dict:
     """replicas, device and strategy.<field> from what training reports (known before training for a strategy
     with one replica on strategy.device)."""
