@@ -6,8 +6,7 @@
 `setup` seeds Python's `random`, NumPy and TF (`keras.utils.set_random_seed`) always; with
 `deterministic=True` it also calls `tf.config.experimental.enable_op_determinism()` (ops with no
 deterministic kernel then raise instead of silently differing). The input pipeline is already
-order-deterministic (seeded shuffle, `deterministic=True` interleave/map in `tfpipe.data`);
-`data_options()` gives the matching `tf.data.Options` for any other dataset. The returned dict
+order-deterministic (seeded shuffle, `deterministic=True` interleave/map in `tfpipe.data`). The returned dict
 is what is recorded on the run (tags `determinism.*`).
 
 Op determinism is process-wide and cannot be switched off again once enabled (TF has no public
@@ -60,15 +59,6 @@ def setup(seed: int, deterministic: bool = True) -> dict:
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
     }
-
-
-def data_options():
-    """tf.data.Options with a deterministic element order (apply with `ds.with_options`)."""
-    import tensorflow as tf
-
-    options = tf.data.Options()
-    options.deterministic = True
-    return options
 
 
 def weights_sha256(model_or_variables) -> str:
