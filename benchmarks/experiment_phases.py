@@ -8,8 +8,8 @@ sweeps how-to says), runs `dvc exp run -S data.max_examples_per_split=N -S train
 with its own learning rate (so DVC runs it afresh), env TFPIPE_PHASES set (`tfpipe.phases`):
 first: the workspace, prepare runs; workspace: the workspace, prepare cached; temp: `--temp`; queue: `--queue`,
 then `dvc exp run --run-all` (its queue worker, started there, inherits TFPIPE_PHASES). Prints one table, a
-column per form: DVC's own work (its wall minus the stage processes' walls: status, hashing, copies, the
-interpreters' teardown after atexit), then each stage process's phases (start and imports: process start to its
+column per form: DVC's own work (its wall minus the stage processes' walls: status, hashing, copies, and
+whatever a stage process does after its atexit: nothing since `tfpipe.commands.process_exit`), then each stage process's phases (start and imports: process start to its
 `<stage> stage` phase; setup: config, TensorFlow's import, preflight, data checks, up to its first inner phase),
 the epochs (metrics/train.json `train_seconds`), and the CPU model, flags and load average.
 """

@@ -63,9 +63,16 @@ class OneLineParser(argparse.ArgumentParser):
 def main(
     stage: str, run: Callable, description: str, argv: Sequence[str] | None = None, prog: str = ""
 ) -> None:
-    """`python -m pipeline.<stage> [--params FILE] [--debug] [OVERRIDE ...]`: exits with the stage's code."""
+    """`python -m pipeline.<stage> [--params FILE] [--debug] [OVERRIDE ...]`: exits with the stage's code, timed as
+    the phase `<stage> stage` when env TFPIPE_PHASES is set, without the interpreter's teardown
+    (`tfpipe.commands.process_exit`)."""
+    from tfpipe import phases
+    from tfpipe.commands import process_exit
+
     argv = sys.argv[1:] if argv is None else argv
-    sys.exit(cli(stage, run, description, argv, Path.cwd(), prog=prog))
+    with phases.phase(f"{stage} stage"):
+        code = cli(stage, run, description, argv, Path.cwd(), prog=prog)
+    process_exit.exit(code)
 
 
 def cli(
