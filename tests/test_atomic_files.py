@@ -54,3 +54,27 @@ def test_within_is_the_one_containment_check(tmp_path):
     (data / "out").symlink_to(data2)
     assert within(data / "out" / "x", data)  # as written
     assert not within(data / "out" / "x", data, resolve=True)  # where the OS opens it
+
+
+def test_dead_staging_folders_of_an_export_are_removed_and_a_live_one_kept(tmp_path):
+    """An export killed between its rename and its clean-up leaves `.saved_model.tmp-<pid>` (its staging, with
+    assets_src/) and maybe `.saved_model.old-<pid>` (the export it replaced): the next attempt removes those of
+    processes that are gone, and a live process's stay (the crash sweep's "the export sealed" kill found them)."""
+    import subprocess
+
+    from tfpipe.models.export import remove_dead_staging
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    export = tmp_path / "saved_model"
+    export.mkdir()
+    dead = [tmp_path / f".saved_model.tmp-{gone.pid}", tmp_path / f".saved_model.old-{gone.pid}"]
+    for folder in dead:
+        (folder / "assets_src").mkdir(parents=True)
+        (folder / "assets_src" / "class_names.txt").write_text("a\n")
+    live = tmp_path / f".saved_model.tmp-{os.getppid()}"
+    live.mkdir()
+    other = tmp_path / f".other.tmp-{gone.pid}"  # another file's: not this export's
+    other.mkdir()
+    remove_dead_staging(export)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([export.name, live.name, other.name])

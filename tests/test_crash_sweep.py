@@ -63,6 +63,27 @@ def test_the_sweep_sees_a_violation(states, tmp_path):
     assert any("temporary files left" in line for line in found), found
 
 
+def test_an_export_killed_before_its_clean_up_leaves_nothing_after_the_next_attempt(states, tmp_path):
+    """The sweep's "the export sealed" kill, under load, landed after the SavedModel's rename and before its
+    staging folder was removed: `.saved_model.tmp-*` (and `.saved_model.old-*`, the export it replaced) stayed
+    for good. Here the kill lands once the export is sealed, and the two are planted as a process that is gone
+    leaves them; the same train command again (which keeps that export: the same weights) removes them."""
+    import subprocess
+
+    work, projects, reference = states
+    project = sweep.clone_state(projects["prepared"], tmp_path / "leftovers")
+    assert sweep.start_and_kill(sweep.COMMANDS["train"], project, sweep.export_sealed).killed
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    models = project / "models" / "cifar10"
+    planted = [models / f".saved_model.tmp-{gone.pid}", models / f".saved_model.old-{gone.pid}"]
+    for folder in planted:
+        (folder / "saved_model").mkdir(parents=True)
+    proc = sweep.run(sweep.COMMANDS["train"], project)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not [p for p in planted if p.exists()], sorted(p.name for p in models.iterdir())
+
+
 def test_a_store_killed_while_it_is_created_opens_next_time(tmp_path):
     """The sweep's finding: SIGKILL while MLflow creates a new mlflow.db's tables left a store every later run failed
     on (exit 1). The kill lands mid-migration: while one of MLflow's Alembic migrations rebuilds a table

@@ -42,13 +42,18 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator[
         tmp.unlink(missing_ok=True)
 
 
-def remove_dead_temps(path: Path) -> None:
-    """Remove the temporary siblings of `path` (`.<name>.tmp-<pid>`) whose writer is gone: a process killed
-    mid-write leaves one, and the next attempt's rename does not take it away. A live writer's is kept."""
-    for stale in path.parent.glob(f".{path.name}.tmp-*"):
-        pid = stale.name.rpartition("-")[2]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
-            stale.unlink(missing_ok=True)
+def remove_dead_temps(path: Path, kinds: tuple = ("tmp",)) -> None:
+    """Remove the temporary siblings of `path` (`.<name>.<kind>-<pid>`, files or folders) whose writer is gone: a
+    process killed mid-write leaves one, and the next attempt's rename does not take it away. A live writer's is
+    kept."""
+    for kind in kinds:
+        for stale in path.parent.glob(f".{path.name}.{kind}-*"):
+            pid = stale.name.rpartition("-")[2]
+            if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+                if stale.is_dir() and not stale.is_symlink():
+                    shutil.rmtree(stale, ignore_errors=True)
+                else:
+                    stale.unlink(missing_ok=True)
 
 
 def pid_alive(pid: int) -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -81,7 +80,10 @@ def _export_saved_model(
         raise ValueError(f"modality={modality!r}: expected 'image' or 'text'")
 
     export_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.tmp-", dir=export_dir.parent))
+    remove_dead_staging(export_dir)
+    staging = export_dir.parent / f".{export_dir.name}.tmp-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)  # this process's own earlier one (an export that raised)
+    staging.mkdir()
     try:
         (staging / "assets_src").mkdir()
         asset_src = staging / "assets_src" / CLASS_NAMES_ASSET
@@ -111,15 +113,23 @@ def _export_saved_model(
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def remove_dead_staging(export_dir) -> None:
+    """The staging folders (`.<name>.tmp-<pid>`) and replaced exports (`.<name>.old-<pid>`) beside `export_dir` of
+    processes that are gone: named by their process, so an export killed between its rename and its clean-up
+    leaves them, and the next attempt (exporting again or keeping that export) removes them."""
+    files.remove_dead_temps(Path(export_dir), kinds=("tmp", "old"))
+
+
 def _replace_dir(new: Path, dest: Path) -> None:
     """Move `new` to `dest`; an existing `dest` is moved aside first and deleted after."""
     old = None
     if dest.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent)) / "x"
+        old = dest.parent / f".{dest.name}.old-{os.getpid()}"
+        shutil.rmtree(old, ignore_errors=True)
         os.replace(dest, old)
     os.replace(new, dest)
     if old is not None:
-        shutil.rmtree(old.parent, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def load_class_names(saved_model_dir) -> list[str]:

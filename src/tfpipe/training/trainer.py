@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from tfpipe import determinism, distribute, files, monitoring, phases, precision, progress, strategies
 from tfpipe.hooks import CheckpointHook, Hook, MetricsSink, SinkHook
 from tfpipe.models import warmstart
+from tfpipe.models.export import remove_dead_staging
 from tfpipe.training.epochs import EpochLayersHook
 from tfpipe.training.freeze import FreezeHook
 from tfpipe.training.loop import Loop, Schedule
@@ -120,6 +121,7 @@ def _export(task, model, workdir: WorkDir) -> str:
     """The SavedModel of the model's weights (returns their digest): kept when an earlier attempt of this training
     already exported exactly them (killed before its run finished: the run may record that export's digest)."""
     weights = determinism.weights_sha256(model)
+    remove_dead_staging(workdir.export_dir)  # an earlier attempt killed as it exported
     if files.seal_facts(workdir.export_dir).get("weights_sha256") == weights:
         log.info("kept %s: an earlier attempt exported these very weights", workdir.export_dir)
     else:
