@@ -18,7 +18,7 @@ command finds there and resumes from. A finished training removes its shelf.
 It decides whether a run resumes (an interrupted run of the very same config and data) or starts clean,
 saves and restores checkpoints (non-chief workers of a multi-worker strategy write a scratch folder:
 every worker must take part in a save, only the chief's is kept), keeps the history and lists the files of
-the newest checkpoint for upload. TensorFlow is imported only by the checkpoint methods."""
+the newest checkpoint, and of each kept one with its counters, for upload. TensorFlow: checkpoint methods."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ TRAINING_STATE = "training_state.json"
 SHELF = Path(".tfpipe") / "resume"  # under the project root: the shelves of unfinished trainings
 WEIGHTS_FILE = "weights.sha256"
 EXPORT_SUFFIX = ".saved_model"  # beside a shelf: the export of a training killed before its run finished
+COUNTERS = ("step", "epoch", "epoch_step")  # in every checkpoint (training.steps.Steps.checkpoint)
 
 
 def fingerprint(cfg, manifest_digest: str) -> str:
@@ -266,6 +267,19 @@ class WorkDir:
             if path.is_file() and path.name != "checkpoint" and (stem not in kept or stem == prefix):
                 chosen.append(path)
         return chosen, prefix
+
+    def kept_checkpoints(self) -> List[dict]:
+        """Each kept checkpoint, oldest first: {"prefix": "ckpt-N", "files", "step", "epoch", "epoch_step"}
+        (its counters, read back from it: epoch_step 0 is the end of epoch `epoch - 1`)."""
+        import tensorflow as tf
+
+        state = tf.train.get_checkpoint_state(str(self.checkpoint_dir))
+        kept = []
+        for prefix in [Path(p).name for p in (state.all_model_checkpoint_paths if state else [])]:
+            read = tf.train.load_checkpoint(str(self.checkpoint_dir / prefix)).get_tensor
+            found = {"prefix": prefix, "files": sorted(self.checkpoint_dir.glob(f"{prefix}.*"))}
+            kept.append({**found, **{k: int(read(f"{k}/.ATTRIBUTES/VARIABLE_VALUE")) for k in COUNTERS}})
+        return kept
 
     # -- history (epoch rows across resumes)
 
