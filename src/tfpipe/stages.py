@@ -198,6 +198,7 @@ def _log_training(
             input_example=_input_example(prepared, manifest),
             class_names=manifest["class_names"],
         )
+        tracking.log_checkpoint_models(run, result.workdir.kept_checkpoints(), result.early_stopping)
     else:
         tracking.log_saved_model_files(run, result.saved_model_dir)  # with its digest as a param
 

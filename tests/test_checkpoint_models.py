@@ -1,0 +1,217 @@
+"""Each kept checkpoint as an MLflow 3 logged model (issue 51, item 9): a real train stage (in-process, a real
+SQLite store, no mocks) logs one model per kept checkpoint with its step's metrics linked, `search_logged_models`
+finds the best by its validation loss, the run's tag names the checkpoint early stopping restored, the models'
+files restore, and logging again (an attempt after a kill) makes nothing twice.
+
+Expected values never come from the code under test: the checkpoint steps are counted by hand from the config
+(21 train examples in batches of 4: 5 steps an epoch; a checkpoint every 4 steps and at each epoch's end, 5 kept),
+the best epoch is early stopping's by construction (an impossible min_delta: epoch 0), and the metric values are
+the run's own records, read back from the store."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS_PER_EPOCH = 5  # prepared_image: 21 train examples // batch 4
+# epochs 0, 1, 2 run (patience 2 after the best, epoch 0); saved at 4, 5 (end of epoch 0), 8, 10 (end of 1), 12,
+# 15 (end of 2); the newest 5 kept
+KEPT_STEPS = [5, 8, 10, 12, 15]
+EPOCH_ENDS = {5: 0, 10: 1, 15: 2}  # step -> the epoch that ended there
+
+pytestmark = pytest.mark.slow  # trains a model for epochs in-process
+
+
+@pytest.fixture(scope="module")
+def trained(prepared_image, tmp_path_factory):
+    """A train stage with early stopping restoring epoch 0: (cfg, project root, run id, MlflowClient)."""
+    from conftest import seed_store, stages_in_process
+    from mlflow import MlflowClient
+
+    from tfpipe import config
+
+    root = tmp_path_factory.mktemp("checkpoint_models")
+    seed_store(root)
+    cfg = config.compose(
+        [
+            "data.source=directory",
+            f"data.output_dir={prepared_image.prepared_dir}",
+            "model.filters=[8,8]",
+            "model.dense_units=16",
+            "train.batch_size_per_replica=4",
+            "train.epochs=5",
+            "train.log_every_steps=1",
+            "train.checkpoint_every_steps=4",
+            "train.max_checkpoints_to_keep=5",
+            "train.early_stopping.monitor=val_accuracy",
+            "train.early_stopping.min_delta=1.0",  # nothing improves by 1: epoch 0 stays the best
+            "train.early_stopping.patience=2",
+            "train.tensorboard=false",
+        ],
+        config_dir=ROOT / "conf",
+    )
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        run_id = stages_in_process(cfg, root, monkeypatch, "train")
+    return cfg, root, run_id, MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+
+
+def _checkpoint_models(client, run_id: str, **search) -> list:
+    experiment = client.get_run(run_id).info.experiment_id
+    query = f"source_run_id = '{run_id}' AND model_type = 'checkpoint'"
+    return list(client.search_logged_models([experiment], filter_string=query, **search))
+
+
+def _steps_in_state_file(root: Path) -> list:
+    text = (root / "models" / "cifar10" / "checkpoints" / "checkpoint").read_text()
+    return [int(n) for n in re.findall(r'all_model_checkpoint_paths: ".*?ckpt-(\d+)"', text)]
+
+
+def test_one_ready_model_per_kept_checkpoint_beside_the_served_model(trained):
+    _, root, run_id, client = trained
+    assert _steps_in_state_file(root) == KEPT_STEPS  # the hand count holds: the checkpoints TensorFlow kept
+    experiment = client.get_run(run_id).info.experiment_id
+    models = client.search_logged_models([experiment], filter_string=f"source_run_id = '{run_id}'")
+    names = sorted(m.name for m in models)
+    assert names == sorted(["model", *(f"checkpoint-step-{s}" for s in KEPT_STEPS)])
+    assert {str(m.status) for m in models} == {"READY"}
+    for model in _checkpoint_models(client, run_id):
+        step = int(model.name.rsplit("-", 1)[1])
+        assert model.tags["tfpipe.checkpoint.step"] == str(step)
+        assert model.tags["tfpipe.checkpoint.epoch_step"] == ("0" if step in EPOCH_ENDS else str(step % 5))
+
+
+def test_search_logged_models_finds_the_best_checkpoint_by_its_validation_loss(trained):
+    import mlflow
+
+    _, root, run_id, client = trained
+    val_loss = {
+        m.step: m.value for m in client.get_metric_history(run_id, "val_loss")
+    }  # the run's, per epoch
+    best_epoch = min(val_loss, key=val_loss.get)
+    mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
+    found = mlflow.search_logged_models(
+        experiment_ids=[client.get_run(run_id).info.experiment_id],
+        filter_string=f"source_run_id = '{run_id}' AND model_type = 'checkpoint' AND metrics.val_loss < 1e9",
+        order_by=[{"field_name": "metrics.val_loss", "ascending": True}],
+        output_format="list",
+    )
+    assert [m.name for m in found][0] == f"checkpoint-step-{STEPS_PER_EPOCH * (best_epoch + 1)}"
+    assert sorted(m.name for m in found) == sorted(
+        f"checkpoint-step-{s}" for s in EPOCH_ENDS
+    )  # mid-epoch: none
+    for model in found:
+        linked = {m.key: m for m in model.metrics}
+        epoch = EPOCH_ENDS[int(model.name.rsplit("-", 1)[1])]
+        assert linked["val_loss"].value == val_loss[epoch] and linked["val_loss"].step == epoch
+
+
+def test_each_model_s_metrics_are_the_run_s_records_of_its_step_and_the_run_keeps_each_step_once(trained):
+    _, _, run_id, client = trained
+    history = {
+        key: client.get_metric_history(run_id, key)
+        for key in (
+            "train_loss",
+            "train_accuracy",
+            "val_loss",
+            "val_accuracy",
+            "epoch_train_loss",
+            "epoch_train_accuracy",
+        )
+    }
+    for key, records in history.items():
+        steps = [m.step for m in records]
+        assert len(steps) == len(set(steps)), f"{key}: a step logged twice on the run: {sorted(steps)}"
+    assert len(history["val_loss"]) == 3  # three epochs, nothing added by the models' links
+    for model in _checkpoint_models(client, run_id):
+        step = int(model.name.rsplit("-", 1)[1])
+        run_records = {(m.key, m.step, m.value, m.timestamp) for records in history.values() for m in records}
+        linked = {(m.key, m.step, m.value, m.timestamp) for m in model.metrics}
+        assert linked <= run_records
+        assert {(k, s) for k, s, _, _ in linked if k.startswith("train_")} == {
+            ("train_loss", step),
+            ("train_accuracy", step),
+        }
+        keys = {k for k, _, _, _ in linked}
+        assert ("val_loss" in keys) == (step in EPOCH_ENDS)
+
+
+def test_the_restored_best_epoch_tags_its_checkpoint_model(trained):
+    _, _, run_id, client = trained
+    tags = client.get_run(run_id).data.tags
+    best = client.get_logged_model(tags["tfpipe.best_checkpoint_model_id"])
+    assert best.name == f"checkpoint-step-{STEPS_PER_EPOCH}"  # epoch 0 ended at step 5
+    restored = [
+        m.name for m in _checkpoint_models(client, run_id) if "tfpipe.checkpoint.restored_best" in m.tags
+    ]
+    assert restored == [best.name]
+
+
+def test_a_checkpoint_model_downloads_as_a_checkpoint_that_restores(trained, tmp_path):
+    import mlflow
+    import tensorflow as tf
+
+    _, root, run_id, client = trained
+    mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
+    (model,) = [m for m in _checkpoint_models(client, run_id) if m.name == "checkpoint-step-10"]
+    local = Path(mlflow.artifacts.download_artifacts(f"models:/{model.model_id}", dst_path=str(tmp_path)))
+    work = root / "models" / "cifar10" / "checkpoints"
+    for name in ("ckpt-10.index", "ckpt-10.data-00000-of-00001"):
+        assert (local / name).read_bytes() == (work / name).read_bytes()
+    prefix = tf.train.latest_checkpoint(str(local))
+    assert Path(prefix).name == "ckpt-10"
+    reader = tf.train.load_checkpoint(prefix)
+    assert int(reader.get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE")) == 10
+    assert int(reader.get_tensor("epoch/.ATTRIBUTES/VARIABLE_VALUE")) == 2  # saved as epoch 1 ended
+
+
+def test_the_best_epoch_s_checkpoint_no_longer_kept_tags_nothing(trained):
+    """A run whose kept checkpoints no longer include the best epoch's: models for the others, no best tag."""
+    from tfpipe import tracking
+    from tfpipe.layout import model_dir
+    from tfpipe.workdir import WorkDir
+
+    cfg, root, run_id, client = trained
+    summary = {"early_stopping_best_epoch": 0.0, "early_stopping_restored": 1.0}
+    kept = WorkDir(model_dir(cfg, root)).kept_checkpoints()[1:]  # without ckpt-5
+    with tracking.start_run(cfg, root, stage="train") as run:  # another run of the same store
+        made = tracking.log_checkpoint_models(run, kept, summary)
+    assert sorted(made) == KEPT_STEPS[1:]
+    assert "tfpipe.best_checkpoint_model_id" not in client.get_run(run.run_id).data.tags
+    assert all(
+        "tfpipe.checkpoint.restored_best" not in m.tags for m in _checkpoint_models(client, run.run_id)
+    )
+
+
+def test_logging_again_after_a_kill_makes_nothing_twice(trained):
+    """A second call on the run (the same command after a kill) finds every model and makes none; an attempt killed
+    mid-upload (its model of step 10 left PENDING, made here by hand) is replaced by one READY model."""
+    from tfpipe import tracking
+    from tfpipe.layout import model_dir
+    from tfpipe.workdir import WorkDir
+
+    cfg, root, run_id, client = trained
+    before = {m.name: m.model_id for m in _checkpoint_models(client, run_id)}
+    history = {k: len(client.get_metric_history(run_id, k)) for k in ("train_loss", "val_loss")}
+    kept = WorkDir(model_dir(cfg, root)).kept_checkpoints()
+    summary = {"early_stopping_best_epoch": 0.0, "early_stopping_restored": 1.0}
+    with tracking.start_run(cfg, root, stage="train", resume_run_id=run_id) as run:
+        again = tracking.log_checkpoint_models(run, kept, summary)
+    assert {f"checkpoint-step-{s}": i for s, i in again.items()} == before
+    assert {m.name: m.model_id for m in _checkpoint_models(client, run_id)} == before
+    assert {k: len(client.get_metric_history(run_id, k)) for k in history} == history
+
+    experiment = client.get_run(run_id).info.experiment_id
+    client.delete_logged_model(before["checkpoint-step-10"])  # as if the kill came before it was READY:
+    killed = client.create_logged_model(  # the model it was uploading, PENDING
+        experiment, name="checkpoint-step-10", source_run_id=run_id, model_type="checkpoint"
+    )
+    client.set_logged_model_tags(killed.model_id, {"tfpipe.checkpoint.step": "10"})
+    with tracking.start_run(cfg, root, stage="train", resume_run_id=run_id) as run:
+        tracking.log_checkpoint_models(run, kept, summary)
+    after = _checkpoint_models(client, run_id)
+    assert sorted(m.name for m in after) == sorted(before)
+    assert {str(m.status) for m in after} == {"READY"} and killed.model_id not in {m.model_id for m in after}
+    assert {k: len(client.get_metric_history(run_id, k)) for k in history} == history
