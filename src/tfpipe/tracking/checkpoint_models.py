@@ -71,14 +71,10 @@ def _best_step(checkpoints: Sequence[dict], summary: dict) -> Optional[int]:
     """The step of the checkpoint saved as early stopping's best epoch ended, if its weights were restored."""
     if not summary.get("early_stopping_restored"):
         return None
-    ended = (
-        int(summary["early_stopping_best_epoch"]) + 1
-    )  # the counters of a checkpoint saved as that epoch ended
+    ended = int(summary["early_stopping_best_epoch"]) + 1  # the epoch counter saved as that epoch ended
     step = next((c["step"] for c in checkpoints if c["epoch"] == ended and c["epoch_step"] == 0), None)
     if step is None:
-        log.info(
-            "the best epoch's checkpoint is no longer kept (train.max_checkpoints_to_keep): no model for it"
-        )
+        log.info("the best epoch's checkpoint is no longer kept (train.max_checkpoints_to_keep)")
     return step
 
 
