@@ -87,21 +87,21 @@ def test_search_logged_models_finds_the_best_checkpoint_by_its_validation_loss(t
     import mlflow
 
     _, root, run_id, client = trained
-    val_loss = {
-        m.step: m.value for m in client.get_metric_history(run_id, "val_loss")
-    }  # the run's, per epoch
+    val_loss = {m.step: m.value for m in client.get_metric_history(run_id, "val_loss")}  # the run's, by epoch
     best_epoch = min(val_loss, key=val_loss.get)
     mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
-    found = mlflow.search_logged_models(
+    search = dict(  # compare.md's search
         experiment_ids=[client.get_run(run_id).info.experiment_id],
-        filter_string=f"source_run_id = '{run_id}' AND model_type = 'checkpoint' AND metrics.val_loss < 1e9",
+        filter_string=f"model_type = 'checkpoint' AND source_run_id = '{run_id}' AND metrics.val_loss < 1e9",
         order_by=[{"field_name": "metrics.val_loss", "ascending": True}],
         output_format="list",
     )
-    assert [m.name for m in found][0] == f"checkpoint-step-{STEPS_PER_EPOCH * (best_epoch + 1)}"
+    (first,) = mlflow.search_logged_models(**search, max_results=1)
+    assert first.name == f"checkpoint-step-{STEPS_PER_EPOCH * (best_epoch + 1)}"
+    found = mlflow.search_logged_models(**search)
     assert sorted(m.name for m in found) == sorted(
         f"checkpoint-step-{s}" for s in EPOCH_ENDS
-    )  # mid-epoch: none
+    )  # no mid-epoch one
     for model in found:
         linked = {m.key: m for m in model.metrics}
         epoch = EPOCH_ENDS[int(model.name.rsplit("-", 1)[1])]
@@ -138,15 +138,47 @@ def test_each_model_s_metrics_are_the_run_s_records_of_its_step_and_the_run_keep
         assert ("val_loss" in keys) == (step in EPOCH_ENDS)
 
 
-def test_the_restored_best_epoch_tags_its_checkpoint_model(trained):
-    _, _, run_id, client = trained
+def test_the_restored_best_epoch_tags_its_checkpoint_model_which_holds_the_served_weights(trained, tmp_path):
+    """The run's tag names the model of the checkpoint saved as epoch 0 ended; downloaded, that checkpoint holds
+    exactly the served model's weights (its export's keras_weights.npz), which the last epoch's does not."""
+    import mlflow
+    import numpy as np
+
+    _, root, run_id, client = trained
     tags = client.get_run(run_id).data.tags
     best = client.get_logged_model(tags["tfpipe.best_checkpoint_model_id"])
     assert best.name == f"checkpoint-step-{STEPS_PER_EPOCH}"  # epoch 0 ended at step 5
-    restored = [
-        m.name for m in _checkpoint_models(client, run_id) if "tfpipe.checkpoint.restored_best" in m.tags
-    ]
-    assert restored == [best.name]
+    experiment = client.get_run(run_id).info.experiment_id
+    tagged = client.search_logged_models(
+        [experiment], filter_string="tags.tfpipe.checkpoint.restored_best = 'true'"
+    )
+    assert [m.model_id for m in tagged] == [best.model_id]
+
+    served = np.load(root / "models" / "cifar10" / "saved_model" / "keras_weights.npz")
+    served = [served[k] for k in served.files]
+    mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
+    (last,) = [m for m in _checkpoint_models(client, run_id) if m.name == "checkpoint-step-15"]
+    held = {}
+    for model in (best, last):
+        folder = mlflow.artifacts.download_artifacts(
+            f"models:/{model.model_id}", dst_path=str(tmp_path / model.name)
+        )
+        held[model.name] = _trained_weights(folder)
+    assert (
+        len(held[best.name]) == len(served) == 8
+    )  # two conv layers and two dense ones: kernel and bias each
+    assert all(np.array_equal(a, b) for a, b in zip(held[best.name], served))
+    assert not all(np.array_equal(a, b) for a, b in zip(held[last.name], served))
+
+
+def _trained_weights(folder) -> list:
+    """The model's trainable weights the folder's checkpoint holds, in the model's order (a Keras 3 model's variables
+    are in a tf.train checkpoint through the optimizer that tracks them)."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(folder)))
+    keys = [k for k in reader.get_variable_to_shape_map() if k.startswith("optimizer/_trainable_variables/")]
+    return [reader.get_tensor(k) for k in sorted(keys, key=lambda k: int(k.split("/")[2]))]
 
 
 def test_a_checkpoint_model_downloads_as_a_checkpoint_that_restores(trained, tmp_path):
