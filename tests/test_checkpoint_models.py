@@ -247,3 +247,31 @@ def test_logging_again_after_a_kill_makes_nothing_twice(trained):
     assert sorted(m.name for m in after) == sorted(before)
     assert {str(m.status) for m in after} == {"READY"} and killed.model_id not in {m.model_id for m in after}
     assert {k: len(client.get_metric_history(run_id, k)) for k in history} == history
+
+
+def test_without_log_model_the_run_holds_no_logged_model(prepared_image, tmp_path, monkeypatch):
+    """tracking.log_model=false: neither the served model nor a checkpoint model (the checkpoints are kept)."""
+    from conftest import seed_store, stages_in_process
+    from mlflow import MlflowClient
+
+    from tfpipe import config
+
+    seed_store(tmp_path)
+    cfg = config.compose(
+        [
+            "data.source=directory",
+            f"data.output_dir={prepared_image.prepared_dir}",
+            "model.filters=[8,8]",
+            "model.dense_units=16",
+            "train.batch_size_per_replica=4",
+            "train.epochs=1",
+            "train.tensorboard=false",
+            "tracking.log_model=false",
+        ],
+        config_dir=ROOT / "conf",
+    )
+    run_id = stages_in_process(cfg, tmp_path, monkeypatch, "train")
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert _steps_in_state_file(tmp_path) == [STEPS_PER_EPOCH]
+    experiment = client.get_run(run_id).info.experiment_id
+    assert list(client.search_logged_models([experiment])) == []

@@ -104,6 +104,8 @@ def run_train(cfg: Config, root: Path):
             return result
         with phases.phase("log_training"):
             _log_training(run, cfg, result, workdir, root, prepared, manifest, digest, prov)
+            if cfg.tracking.log_model:  # each kept checkpoint a logged model too, beside the served one
+                tracking.log_checkpoint_models(run, workdir.kept_checkpoints(), result.early_stopping)
         # last: a full disk or a failed upload before this leaves the run to resume (at its final step)
         workdir.mark_complete(fingerprint, result.weights_sha256)
     log.info("trained: %s, %s; the run: %s", TRAIN_METRICS, HISTORY_CSV, tracking.where(run, root))
@@ -198,7 +200,6 @@ def _log_training(
             input_example=_input_example(prepared, manifest),
             class_names=manifest["class_names"],
         )
-        tracking.log_checkpoint_models(run, result.workdir.kept_checkpoints(), result.early_stopping)
     else:
         tracking.log_saved_model_files(run, result.saved_model_dir)  # with its digest as a param
 
