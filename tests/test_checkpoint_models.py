@@ -22,8 +22,6 @@ STEPS_PER_EPOCH = 5  # prepared_image: 21 train examples // batch 4
 KEPT_STEPS = [5, 8, 10, 12, 15]
 EPOCH_ENDS = {5: 0, 10: 1, 15: 2}  # step -> the epoch that ended there
 
-pytestmark = pytest.mark.slow  # trains a model for epochs in-process
-
 
 @pytest.fixture(scope="module")
 def trained(prepared_image, tmp_path_factory):
@@ -69,6 +67,7 @@ def _steps_in_state_file(root: Path) -> list:
     return [int(n) for n in re.findall(r'all_model_checkpoint_paths: ".*?ckpt-(\d+)"', text)]
 
 
+@pytest.mark.slow  # trains a model in-process
 def test_one_ready_model_per_kept_checkpoint_beside_the_served_model(trained):
     _, root, run_id, client = trained
     assert _steps_in_state_file(root) == KEPT_STEPS  # the hand count holds: the checkpoints TensorFlow kept
@@ -83,6 +82,7 @@ def test_one_ready_model_per_kept_checkpoint_beside_the_served_model(trained):
         assert model.tags["tfpipe.checkpoint.epoch_step"] == ("0" if step in EPOCH_ENDS else str(step % 5))
 
 
+@pytest.mark.slow  # trains a model in-process
 def test_search_logged_models_finds_the_best_checkpoint_by_its_validation_loss(trained):
     import mlflow
 
@@ -108,6 +108,7 @@ def test_search_logged_models_finds_the_best_checkpoint_by_its_validation_loss(t
         assert linked["val_loss"].value == val_loss[epoch] and linked["val_loss"].step == epoch
 
 
+@pytest.mark.slow  # trains a model in-process
 def test_each_model_s_metrics_are_the_run_s_records_of_its_step_and_the_run_keeps_each_step_once(trained):
     _, _, run_id, client = trained
     history = {
@@ -138,6 +139,7 @@ def test_each_model_s_metrics_are_the_run_s_records_of_its_step_and_the_run_keep
         assert ("val_loss" in keys) == (step in EPOCH_ENDS)
 
 
+@pytest.mark.slow  # trains a model in-process
 def test_the_restored_best_epoch_tags_its_checkpoint_model_which_holds_the_served_weights(trained, tmp_path):
     """The run's tag names the model of the checkpoint saved as epoch 0 ended; downloaded, that checkpoint holds
     exactly the served model's weights (its export's keras_weights.npz), which the last epoch's does not."""
@@ -181,6 +183,7 @@ def _trained_weights(folder) -> list:
     return [reader.get_tensor(k) for k in sorted(keys, key=lambda k: int(k.split("/")[2]))]
 
 
+@pytest.mark.slow  # trains a model in-process
 def test_a_checkpoint_model_downloads_as_a_checkpoint_that_restores(trained, tmp_path):
     import mlflow
     import tensorflow as tf
@@ -199,6 +202,7 @@ def test_a_checkpoint_model_downloads_as_a_checkpoint_that_restores(trained, tmp
     assert int(reader.get_tensor("epoch/.ATTRIBUTES/VARIABLE_VALUE")) == 2  # saved as epoch 1 ended
 
 
+@pytest.mark.slow  # trains a model in-process
 def test_the_best_epoch_s_checkpoint_no_longer_kept_tags_nothing(trained):
     """A run whose kept checkpoints no longer include the best epoch's: models for the others, no best tag."""
     from tfpipe import tracking
@@ -217,6 +221,7 @@ def test_the_best_epoch_s_checkpoint_no_longer_kept_tags_nothing(trained):
     )
 
 
+@pytest.mark.slow  # trains a model in-process
 def test_logging_again_after_a_kill_makes_nothing_twice(trained):
     """A second call on the run (the same command after a kill) finds every model and makes none; an attempt killed
     mid-upload (its model of step 10 left PENDING, made here by hand) is replaced by one READY model."""
@@ -249,6 +254,7 @@ def test_logging_again_after_a_kill_makes_nothing_twice(trained):
     assert {k: len(client.get_metric_history(run_id, k)) for k in history} == history
 
 
+@pytest.mark.slow  # trains a model in-process
 def test_without_log_model_the_run_holds_no_logged_model(prepared_image, tmp_path, monkeypatch):
     """tracking.log_model=false: neither the served model nor a checkpoint model (the checkpoints are kept)."""
     from conftest import seed_store, stages_in_process
@@ -275,3 +281,30 @@ def test_without_log_model_the_run_holds_no_logged_model(prepared_image, tmp_pat
     assert _steps_in_state_file(tmp_path) == [STEPS_PER_EPOCH]
     experiment = client.get_run(run_id).info.experiment_id
     assert list(client.search_logged_models([experiment])) == []
+
+
+def test_a_damaged_kept_checkpoint_is_left_out_in_one_line(tmp_path, caplog):
+    """A kept checkpoint that no longer reads back (its index truncated, as a crash mid-copy leaves it) is left out
+    with a warning; the others are listed with their counters, so the run still finishes."""
+    import tensorflow as tf
+
+    from tfpipe.workdir import WorkDir
+
+    work = WorkDir(tmp_path)
+    counters = {k: tf.Variable(0, dtype=tf.int64) for k in ("step", "epoch", "epoch_step")}
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(**counters), str(work.checkpoint_dir), max_to_keep=3
+    )
+    for step, epoch, epoch_step in ((3, 0, 3), (5, 1, 0), (8, 1, 3)):
+        for name, value in zip(counters, (step, epoch, epoch_step)):
+            counters[name].assign(value)
+        manager.save(checkpoint_number=step)
+    index = work.checkpoint_dir / "ckpt-5.index"
+    index.write_bytes(index.read_bytes()[:10])
+    kept = work.kept_checkpoints()
+    assert [(c["prefix"], c["step"], c["epoch"], c["epoch_step"]) for c in kept] == [
+        ("ckpt-3", 3, 0, 3),
+        ("ckpt-8", 8, 1, 3),
+    ]
+    assert [p.name for p in kept[1]["files"]] == ["ckpt-8.data-00000-of-00001", "ckpt-8.index"]
+    assert "left out the damaged checkpoint ckpt-5" in caplog.text

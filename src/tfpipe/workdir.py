@@ -46,7 +46,7 @@ TRAINING_STATE = "training_state.json"
 SHELF = Path(".tfpipe") / "resume"  # under the project root: the shelves of unfinished trainings
 WEIGHTS_FILE = "weights.sha256"
 EXPORT_SUFFIX = ".saved_model"  # beside a shelf: the export of a training killed before its run finished
-COUNTERS = ("step", "epoch", "epoch_step")  # in every checkpoint (training.steps.Steps.checkpoint)
+COUNTERS = ("step", "epoch", "epoch_step")  # Steps.checkpoint's; epoch_step 0: saved as an epoch ended
 
 
 def fingerprint(cfg, manifest_digest: str) -> str:
@@ -110,9 +110,8 @@ class WorkDir:
 
     def mark_started(self, fingerprint: str, run_id: str) -> None:
         files.write_text(self.checkpoint_dir / FINGERPRINT_FILE, fingerprint + "\n")
-        files.write_text(
-            self.checkpoint_dir / RUN_ID_FILE, f"{run_id}\n"
-        )  # a resumed training continues this run
+        # a resumed training continues this run
+        files.write_text(self.checkpoint_dir / RUN_ID_FILE, f"{run_id}\n")
         self._shelf = self._shelf_for(fingerprint)
         self._shelve()
 
@@ -139,9 +138,7 @@ class WorkDir:
         if self._shelf is None or self._scratch is not None:
             return
         kept = self._shelf.with_name(self._shelf.name + EXPORT_SUFFIX)
-        if (
-            files.seal_facts(kept).get("weights_sha256") != weights
-        ):  # `weights`: those the export was sealed with
+        if files.seal_facts(kept).get("weights_sha256") != weights:  # sealed with other weights, or none
             files.link_tree(self.saved_model_dir, kept)
 
     def _shelve(self) -> None:
@@ -269,16 +266,20 @@ class WorkDir:
         return chosen, prefix
 
     def kept_checkpoints(self) -> List[dict]:
-        """Each kept checkpoint, oldest first: {"prefix": "ckpt-N", "files", "step", "epoch", "epoch_step"}
-        (its counters, read back from it: epoch_step 0 is the end of epoch `epoch - 1`)."""
+        """Each kept checkpoint that reads back (oldest first): its prefix, files and counters (COUNTERS)."""
         import tensorflow as tf
 
         state = tf.train.get_checkpoint_state(str(self.checkpoint_dir))
         kept = []
         for prefix in [Path(p).name for p in (state.all_model_checkpoint_paths if state else [])]:
-            read = tf.train.load_checkpoint(str(self.checkpoint_dir / prefix)).get_tensor
+            try:
+                read = tf.train.load_checkpoint(str(self.checkpoint_dir / prefix)).get_tensor
+                counters = {k: int(read(f"{k}/.ATTRIBUTES/VARIABLE_VALUE")) for k in COUNTERS}
+            except tf.errors.OpError as exc:
+                log.warning("left out the damaged checkpoint %s (%s)", prefix, one_line(exc, 200))
+                continue
             found = {"prefix": prefix, "files": sorted(self.checkpoint_dir.glob(f"{prefix}.*"))}
-            kept.append({**found, **{k: int(read(f"{k}/.ATTRIBUTES/VARIABLE_VALUE")) for k in COUNTERS}})
+            kept.append({**found, **counters})
         return kept
 
     # -- history (epoch rows across resumes)
