@@ -308,3 +308,36 @@ def test_a_damaged_kept_checkpoint_is_left_out_in_one_line(tmp_path, caplog):
     ]
     assert [p.name for p in kept[1]["files"]] == ["ckpt-8.data-00000-of-00001", "ckpt-8.index"]
     assert "left out the damaged checkpoint ckpt-5" in caplog.text
+
+
+def test_an_earlier_attempt_s_models_are_found_over_every_page(tmp_path):
+    """More checkpoint models than a page of MLflow's search (100): every READY one is found and each one left PENDING
+    deleted, also when the deletions fall on the first page (deleting while paging would skip READY ones after)."""
+    from conftest import seed_store
+    from mlflow.entities import LoggedModelStatus
+
+    from tfpipe import config, tracking
+    from tfpipe.tracking import checkpoint_models
+
+    seed_store(tmp_path)
+    cfg = config.compose(["tracking.system_metrics=false"], config_dir=ROOT / "conf")
+    with tracking.start_run(cfg, tmp_path, stage="train") as run:
+        for step in range(104):  # the oldest: the search (newest first) puts them last
+            model = run.client.create_logged_model(
+                run.experiment_id,
+                source_run_id=run.run_id,
+                model_type="checkpoint",
+                tags={"tfpipe.checkpoint.step": str(step)},
+            )
+            run.client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+        for step in (104, 105):  # the newest, left PENDING: on the first page
+            run.client.create_logged_model(
+                run.experiment_id,
+                source_run_id=run.run_id,
+                model_type="checkpoint",
+                tags={"tfpipe.checkpoint.step": str(step)},
+            )
+        made = checkpoint_models._earlier_attempts(run)
+        left = list(run.client.search_logged_models([run.experiment_id], max_results=1000))
+    assert sorted(made) == list(range(104))
+    assert len(left) == 104 and {str(m.status) for m in left} == {"READY"}

@@ -82,20 +82,20 @@ def _best_step(checkpoints: Sequence[dict], summary: dict) -> Optional[int]:
 def _earlier_attempts(run) -> dict[int, str]:
     """{step: id} of the run's READY checkpoint models; any an attempt left PENDING or FAILED is deleted."""
     query = f"source_run_id = '{run.run_id}' AND model_type = '{MODEL_TYPE}'"
-    made: dict[int, str] = {}
-    token = None
-    while True:
+    found, token = [], None
+    while True:  # every page first: deleting while paging would shift the pages after
         page = run.client.search_logged_models([run.experiment_id], filter_string=query, page_token=token)
-        for model in page:
-            if model.status != LoggedModelStatus.READY:
-                run.client.delete_logged_model(model.model_id)
-                continue
-            step = model.tags.get(STEP_TAG, "")
-            if step.isdigit():
-                made.setdefault(int(step), model.model_id)
-        token = page.token
+        found, token = found + list(page), page.token
         if not token:
-            return made
+            break
+    made: dict[int, str] = {}
+    for model in found:
+        step = model.tags.get(STEP_TAG, "")
+        if model.status != LoggedModelStatus.READY:
+            run.client.delete_logged_model(model.model_id)
+        elif step.isdigit():
+            made.setdefault(int(step), model.model_id)
+    return made
 
 
 @store_call
