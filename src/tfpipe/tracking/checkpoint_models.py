@@ -82,7 +82,8 @@ def _best_step(checkpoints: Sequence[dict], summary: dict) -> Optional[int]:
 def _earlier_attempts(run) -> dict[int, str]:
     """{step: id} of the run's READY checkpoint models; any an attempt left PENDING or FAILED is deleted."""
     query = f"source_run_id = '{run.run_id}' AND model_type = '{MODEL_TYPE}'"
-    found, token = [], None
+    found: list = []
+    token = None
     while True:  # every page first: deleting while paging would shift the pages after
         page = run.client.search_logged_models([run.experiment_id], filter_string=query, page_token=token)
         found, token = found + list(page), page.token
