@@ -12,7 +12,9 @@ command runs again, followed by the stages after it. The invariants, each agains
 
 - every command after the kill exits 0;
 - the trained weights (weights.sha256), the prepared data's manifest and the test metrics are identical;
-- the store holds exactly one FINISHED run per training, with one logged model, each step's metrics once;
+- the store holds exactly one FINISHED run per training, holding its served model once and one checkpoint model
+  per kept checkpoint (the work directory's state file names them, the same as the reference's), each once and
+  READY, and each step's metrics once;
 - every registry version's model exists;
 - no temporary file is left (`.<name>.tmp-*`, `*_temp*`) outside DVC's and git's own folders;
 - for `dvc`: `dvc status` is clean.
@@ -20,7 +22,7 @@ command runs again, followed by the stages after it. The invariants, each agains
 Stages: `prepare`, `train` and `evaluate` are the stage commands (`python -m pipeline.<stage>`); `dvc` is
 `dvc exp run` around all three. Prints one line per kill and a summary (violations, instants, seconds, CPU).
 tests/test_crash_sweep.py runs the CI subset: kills at the writes where a half-done attempt is hardest to
-recognise (the model's digest in the store, the export, the run file), through the same functions.
+recognise (the model's digest in the store, the export, the logged models), through the same functions.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -208,6 +211,18 @@ def model_logged(project: Path) -> bool:
     return _query(project, "select count(*) from logged_models") > 0
 
 
+CHECKPOINT_MODELS = "select count(*) from logged_models where name like 'checkpoint-step-%'"
+
+
+def checkpoint_model_begun(project: Path) -> bool:
+    """A checkpoint model exists, PENDING or READY (tfpipe.tracking.checkpoint_models)."""
+    return _query(project, CHECKPOINT_MODELS) > 0
+
+
+def checkpoint_model_ready(project: Path) -> bool:
+    return _query(project, CHECKPOINT_MODELS + " and status = 2") > 0  # 2: READY
+
+
 def export_sealed(project: Path) -> bool:
     return (project / "models" / "cifar10" / "saved_model" / "tfpipe_digest.json").is_file()
 
@@ -235,7 +250,15 @@ def outcome(project: Path) -> dict:
         "weights": (project / "models" / "cifar10" / "weights.sha256").read_text().strip(),
         "manifest": hashlib.sha256((prepared / "manifest.json").read_bytes()).hexdigest(),
         "test": {k: v for k, v in evaluation.items() if "second" not in k and "per_sec" not in k},
+        "checkpoints": kept_checkpoints(project),
     }
+
+
+def kept_checkpoints(project: Path) -> list:
+    """The steps of the checkpoints the work directory keeps, oldest first (TensorFlow's state file)."""
+    state = project / "models" / "cifar10" / "checkpoints" / "checkpoint"
+    text = state.read_text() if state.is_file() else ""
+    return [int(n) for n in re.findall(r'all_model_checkpoint_paths: "[^"]*ckpt-(\d+)"', text)]
 
 
 def violations(project: Path, reference: dict, dvc: bool = False) -> list:
@@ -273,8 +296,7 @@ def store_violations(project: Path) -> list:
     out = [] if len(finished) == 1 else [f"{len(finished)} FINISHED runs, not 1"]
     for r in finished:
         models = client.search_logged_models(experiments, filter_string=f"source_run_id = '{r.info.run_id}'")
-        if len(models) != 1 or models[0].status.to_proto() != 2:  # READY
-            out.append(f"run {r.info.run_id}: {[(m.model_id, str(m.status)) for m in models]} logged models")
+        out += model_violations(r.info.run_id, models, kept_checkpoints(project))
         if "train_loss" not in r.data.metrics:
             out.append(f"run {r.info.run_id}: no train_loss")
         for key in r.data.metrics:
@@ -289,6 +311,16 @@ def store_violations(project: Path) -> list:
                 f"registry {version.name} v{version.version}: its model is missing ({type(exc).__name__})"
             )
     return out
+
+
+def model_violations(run_id: str, models: list, kept: list) -> list:
+    """The run holds its served model `model` once and the model `checkpoint-step-<N>` of each kept checkpoint
+    once, all READY, and no other."""
+    names = sorted(m.name for m in models)
+    expected = sorted(["model", *(f"checkpoint-step-{n}" for n in kept)])
+    out = [] if names == expected else [f"run {run_id}: logged models {names}, not {expected}"]
+    not_ready = [(m.name, str(m.status)) for m in models if m.status.to_proto() != 2]  # 2: READY
+    return out + ([f"run {run_id}: logged models not READY: {not_ready}"] if not_ready else [])
 
 
 # ----------------------------------------------------------------------------- the sweep

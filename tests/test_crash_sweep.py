@@ -1,8 +1,9 @@
 """The crash sweep's CI subset (scripts/crash_sweep.py, issue 49): the train stage killed with SIGKILL right after
 the writes where a half-done attempt is hardest to recognise, then the same command again and evaluate; every
-invariant of the sweep holds (the weights, manifest and test metrics of an uninterrupted run; one FINISHED run
-holding one logged model and each step's metrics once; no registry version without its model; no temporary
-file left). The whole sweep, with evenly spaced instants over every stage, is the script's."""
+invariant of the sweep holds (the weights, manifest, test metrics and kept checkpoints of an uninterrupted
+run; one FINISHED run holding its served model once and one model per kept checkpoint once, all READY, and
+each step's metrics once; no registry version without its model; no temporary file left). The whole sweep,
+with evenly spaced instants over every stage, is the script's."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ TRIGGERS = {
     "the export sealed": sweep.export_sealed,
     "the model's digest in the store": sweep.digest_in_store,  # issue 49: the run could never finish
     "the model logged": sweep.model_logged,
+    "a checkpoint model begun": sweep.checkpoint_model_begun,  # PENDING: deleted and made again
+    "a checkpoint model READY": sweep.checkpoint_model_ready,  # kept, the others made: each once
 }
 
 
@@ -45,21 +48,35 @@ def test_train_killed_after_a_write_finishes_as_if_never_killed(states, name):
 
 
 def test_the_sweep_sees_a_violation(states, tmp_path):
-    """The checker is not blind: a second FINISHED run, a logged model left PENDING and a temporary file are
-    each reported (made here by hand, not by the code under test)."""
+    """The checker is not blind: a second FINISHED run, a checkpoint model twice (the second left PENDING), one
+    missing and a temporary file are each reported (made here by hand, not by the code under test)."""
     work, projects, reference = states
     project = sweep.clone_state(projects["trained"], tmp_path / "broken")
     assert sweep.run(sweep.COMMANDS["evaluate"], project).returncode == 0
     assert sweep.violations(project, reference) == []
     (project / "models" / "cifar10" / ".saved_model.tmp-x").mkdir()
+    import json
+
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
     (experiment,) = [e for e in client.search_experiments() if e.name == "tfpipe"]
+    run_id = json.loads((project / "run.json").read_text())["run_id"]
+    kept = sweep.kept_checkpoints(project)
+    assert len(kept) == 3, kept  # train.max_checkpoints_to_keep
+    models = {m.name: m.model_id for m in client.search_logged_models([experiment.experiment_id])}
+    client.delete_logged_model(models[f"checkpoint-step-{kept[-1]}"])
+    name = f"checkpoint-step-{kept[0]}"
+    client.create_logged_model(
+        experiment.experiment_id, name=name, source_run_id=run_id, model_type="checkpoint"
+    )
     extra = client.create_run(experiment.experiment_id)
     client.set_terminated(extra.info.run_id, "FINISHED")
     found = sweep.violations(project, reference)
     assert any("2 FINISHED runs" in line for line in found), found
+    twice = sorted(["model", name, *(f"checkpoint-step-{n}" for n in kept[:-1])])  # kept[0] twice
+    assert f"run {run_id}: logged models {twice}, not " in "\n".join(found), found
+    assert f"run {run_id}: logged models not READY: [('{name}', 'PENDING')]" in found, found
     assert any("temporary files left" in line for line in found), found
 
 

@@ -150,7 +150,8 @@ def _model(run: Run, training: Training, result: TrainResult) -> None:
             modality=training.cfg.dataset.modality,
             input_example=_input_example(training.prepared, training.manifest),
             class_names=training.manifest["class_names"],
-        )
+        )  # then each kept checkpoint a logged model too, linked to its step's metrics
+        tracking.log_checkpoint_models(run, training.workdir.kept_checkpoints(), result.early_stopping)
     else:
         tracking.log_saved_model_files(run, result.saved_model_dir)
 

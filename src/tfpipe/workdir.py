@@ -18,7 +18,7 @@ command finds there and resumes from. A finished training removes its shelf.
 It decides whether a run resumes (an interrupted run of the very same config and data) or starts clean,
 saves and restores checkpoints (non-chief workers of a multi-worker strategy write a scratch folder:
 every worker must take part in a save, only the chief's is kept), keeps the history and lists the files of
-the newest checkpoint for upload. TensorFlow is imported only by the checkpoint methods."""
+the newest checkpoint, and of each kept one with its counters, for upload. TensorFlow: checkpoint methods."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ TRAINING_STATE = "training_state.json"
 SHELF = Path(".tfpipe") / "resume"  # under the project root: the shelves of unfinished trainings
 WEIGHTS_FILE = "weights.sha256"
 EXPORT_SUFFIX = ".saved_model"  # beside a shelf: the export of a training killed before its run finished
+COUNTERS = ("step", "epoch", "epoch_step")  # Steps.checkpoint's; epoch_step 0: saved as an epoch ended
 
 
 def fingerprint(cfg, manifest_digest: str) -> str:
@@ -109,9 +110,8 @@ class WorkDir:
 
     def mark_started(self, fingerprint: str, run_id: str) -> None:
         files.write_text(self.checkpoint_dir / FINGERPRINT_FILE, fingerprint + "\n")
-        files.write_text(
-            self.checkpoint_dir / RUN_ID_FILE, f"{run_id}\n"
-        )  # a resumed training continues this run
+        # a resumed training continues this run
+        files.write_text(self.checkpoint_dir / RUN_ID_FILE, f"{run_id}\n")
         self._shelf = self._shelf_for(fingerprint)
         self._shelve()
 
@@ -138,9 +138,7 @@ class WorkDir:
         if self._shelf is None or self._scratch is not None:
             return
         kept = self._shelf.with_name(self._shelf.name + EXPORT_SUFFIX)
-        if (
-            files.seal_facts(kept).get("weights_sha256") != weights
-        ):  # `weights`: those the export was sealed with
+        if files.seal_facts(kept).get("weights_sha256") != weights:  # sealed with other weights, or none
             files.link_tree(self.saved_model_dir, kept)
 
     def _shelve(self) -> None:
@@ -266,6 +264,23 @@ class WorkDir:
             if path.is_file() and path.name != "checkpoint" and (stem not in kept or stem == prefix):
                 chosen.append(path)
         return chosen, prefix
+
+    def kept_checkpoints(self) -> List[dict]:
+        """Each kept checkpoint that reads back (oldest first): its prefix, files and counters (COUNTERS)."""
+        import tensorflow as tf
+
+        state = tf.train.get_checkpoint_state(str(self.checkpoint_dir))
+        kept = []
+        for prefix in [Path(p).name for p in (state.all_model_checkpoint_paths if state else [])]:
+            try:
+                read = tf.train.load_checkpoint(str(self.checkpoint_dir / prefix)).get_tensor
+                counters = {k: int(read(f"{k}/.ATTRIBUTES/VARIABLE_VALUE")) for k in COUNTERS}
+            except tf.errors.OpError as exc:
+                log.warning("left out the damaged checkpoint %s (%s)", prefix, one_line(exc, 200))
+                continue
+            found = {"prefix": prefix, "files": sorted(self.checkpoint_dir.glob(f"{prefix}.*"))}
+            kept.append({**found, **counters})
+        return kept
 
     # -- history (epoch rows across resumes)
 

@@ -11,7 +11,8 @@ Modules: `backend` (tracking URI, reachability, experiment), `opening` (start/re
 `run` (the Run handle), `sink` (the buffered metrics, sent by a background thread),
 `tags` (standard tags), `redact` (credentials -> '***'), `datasets` (manifest -> mlflow.data),
 `outcome` (the final figures and the SavedModel's digest also as params, which nobody can change afterwards),
-`models` + `serving_model.py` (the pyfunc model, models-from-code), `registry` (the model registry: registration,
+`models` + `serving_model.py` (the pyfunc model, models-from-code), `checkpoint_models` (each kept checkpoint as a
+logged model, its step's metrics linked), `registry` (the model registry: registration,
 test metrics linked to the logged model, promotion, a run's versions and aliases).
 """
 
@@ -23,6 +24,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from tfpipe.errors import TrackingError  # noqa: E402
 from tfpipe.tracking.backend import check_reachable, resolve_tracking_uri, store_root
+from tfpipe.tracking.checkpoint_models import log_checkpoint_models
 from tfpipe.tracking.naming import where
 from tfpipe.tracking.opening import ParentRun, context_tags, read_run_file, resume_run, start_run
 from tfpipe.tracking.outcome import log_final_metrics, log_saved_model_files
@@ -35,6 +37,7 @@ __all__ = [
     "check_reachable",
     "resolve_tracking_uri",
     "store_root",
+    "log_checkpoint_models",
     "where",
     "log_final_metrics",
     "log_saved_model_files",
