@@ -153,7 +153,7 @@ def test_a_rerun_chooses_the_experiment_commit_before_it_judges_any_diff(shared,
     def stop(mode, log):
         raise _Chosen
 
-    monkeypatch.setattr(rerun_module, "_load", lambda run_id, uri: record)
+    monkeypatch.setattr(rerun_module, "load_recorded", lambda run_id, uri: record)
     monkeypatch.setattr(trust, "gate", spy_gate)
     monkeypatch.setattr(sandbox, "decide", stop)
     lines: list = []

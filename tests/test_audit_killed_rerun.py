@@ -32,7 +32,7 @@ from tfpipe.audit import trust
 from tfpipe.tracking import reading
 rerun = importlib.import_module("tfpipe.audit.rerun")
 record = {"run_id": "RUN", "tags": {"git.commit": sys.argv[2]}, "config": {}, "metrics": {}}
-rerun._load = lambda run_id, uri: record
+rerun.load_recorded = lambda run_id, uri: record
 reading.sealed_weights = lambda uri, run_id: {"weights_sha256": None, "why": "a held audit reads no store"}
 def hold(wt, *args):
     print(wt, flush=True)
@@ -104,7 +104,7 @@ def test_the_next_rerun_removes_what_a_killed_one_left_and_not_a_running_ones(re
             assert (wt / "train.py").is_file()
             raise _Planned
 
-        monkeypatch.setattr(rerun_module, "_load", lambda run_id, uri: record)
+        monkeypatch.setattr(rerun_module, "load_recorded", lambda run_id, uri: record)
         monkeypatch.setattr(reading, "sealed_weights", lambda uri, run_id: dict(NO_SEAL))  # no store read
         monkeypatch.setattr(trust, "print_plan", planned)
         lines: list = []

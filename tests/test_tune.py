@@ -428,14 +428,26 @@ def test_two_tuners_share_one_study(tmp_path, image_dir, text_dir):
 
 
 def _parent_id(shared: Path):
-    if not (shared / "optuna.db").exists():
-        return None
-    from sqlalchemy.exc import SQLAlchemyError
+    """The study's parent run, read from optuna.db read-only: opening the storage with Optuna creates its tables
+    where they are missing, racing the tuner that is creating them (an OperationalError in the tuner, seen twice
+    under two workers)."""
+    import json
+    import sqlite3
 
-    try:
-        return _study(shared).user_attrs.get("mlflow_parent_run_id")
-    except (KeyError, SQLAlchemyError):  # no study yet, or its tables being created by the tuner right now
+    db = shared / "optuna.db"
+    if not db.exists():
         return None
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+        try:
+            row = con.execute(
+                "SELECT value_json FROM study_user_attributes WHERE key = 'mlflow_parent_run_id'"
+            ).fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:  # no tables yet, or being written right now
+        return None
+    return json.loads(row[0]) if row else None
 
 
 @pytest.mark.parametrize("epochs, pruned", [(2, True), (1, False)])

@@ -63,7 +63,7 @@ def log_checkpoint_models(
         models[step] = made.get(step) or _log_one(run, checkpoint, _linked(records, checkpoint), step == best)
     if best is not None:
         run.set_tags({BEST_TAG: models[best]})
-    log.info("logged %d checkpoint models (steps %s)", len(models), ", ".join(map(str, models)))
+    log.debug("logged %d checkpoint models (steps %s)", len(models), ", ".join(map(str, models)))
     return models
 
 
