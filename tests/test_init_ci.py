@@ -45,6 +45,8 @@ def test_init_writes_both_ci_files_and_the_script_they_run(project):
         assert f"bash {SCRIPT} " in (project / ci).read_text(), ci
     pinned = (project / "requirements.in").read_text().splitlines()[-1]
     assert re.fullmatch(r"tfpipe==\d+\.\d+\.\d+\S*", pinned), pinned  # what the CI's lock is compiled from
+    wanted = [line.split("#")[0].strip() for line in (project / "requirements.in").read_text().splitlines()]
+    assert "pytest" in wanted  # the README's `python -m pytest tests` runs from what the lock installs
     ignored = (project / ".gitignore").read_text().splitlines()
     assert {"/reports", "/.tfpipe-ci"} <= set(ignored)  # the script's outputs never dirty the checkout
 

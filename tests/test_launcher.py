@@ -45,6 +45,8 @@ def test_chief_is_the_chief_task_or_worker_zero():
     assert cluster.is_chief(env(mw, "worker", 0)) and not cluster.is_chief(env(mw, "worker", 1))
     assert cluster.task(env(mw, "worker", 1)) == ("worker", 1)
     assert cluster.public_spec(env(mw, "worker", 1)) == mw
+    blank = {"TF_CONFIG": "  \n"}  # blank is unset, for every question (tfconfig.is_set)
+    assert cluster.is_chief(blank) and cluster.task(blank) == (None, 0) and cluster.public_spec(blank) == {}
 
 
 @pytest.mark.parametrize(

@@ -54,9 +54,9 @@ def check(cfg: Config, stage: str, root, environ=None) -> None:
 def check_tf_config(cfg: Config, environ) -> None:
     from tfpipe import tfconfig
 
-    text = environ.get(tfconfig.TF_CONFIG, "").strip()
-    if not text:
+    if not tfconfig.is_set(environ):
         return
+    text = environ[tfconfig.TF_CONFIG].strip()
     try:
         spec = tfconfig.parse_tf_config(text)
     except UserError as exc:  # name the value too

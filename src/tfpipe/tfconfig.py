@@ -58,10 +58,16 @@ def read_tf_config(environ=None) -> dict:
     return parse_tf_config(text)
 
 
+def is_set(environ=None) -> bool:
+    """TF_CONFIG holds something (blank counts as unset): this process is a task of a cluster."""
+    environ = os.environ if environ is None else environ
+    return bool(environ.get(TF_CONFIG, "").strip())
+
+
 def task(environ=None) -> Tuple[Optional[str], int]:
     """(task type, index) of this process; (None, 0) without TF_CONFIG."""
     environ = os.environ if environ is None else environ
-    if not environ.get(TF_CONFIG, "").strip():
+    if not is_set(environ):
         return None, 0
     t = read_tf_config(environ)["task"]
     return t["type"], t["index"]
@@ -70,7 +76,7 @@ def task(environ=None) -> Tuple[Optional[str], int]:
 def is_chief(environ=None) -> bool:
     """The chief task, or worker 0 of a cluster without a chief; True without TF_CONFIG."""
     environ = os.environ if environ is None else environ
-    if not environ.get(TF_CONFIG, "").strip():
+    if not is_set(environ):
         return True
     cfg = read_tf_config(environ)
     ttype, index = cfg["task"]["type"], cfg["task"]["index"]
@@ -82,6 +88,6 @@ def is_chief(environ=None) -> bool:
 def public_spec(environ=None) -> dict:
     """The cluster spec to record in the run: jobs -> addresses only (no other TF_CONFIG fields)."""
     environ = os.environ if environ is None else environ
-    if not environ.get(TF_CONFIG, "").strip():
+    if not is_set(environ):
         return {}
     return read_tf_config(environ)["cluster"]

@@ -24,7 +24,7 @@ import os
 
 import yaml
 
-from tfpipe import strategies
+from tfpipe import strategies, tfconfig
 from tfpipe.errors import ConfigError
 from tfpipe.launch.cluster import DEPLOY_DIR, TF_CONFIG, k8s_cluster, render_template, roles, tf_config
 
@@ -172,9 +172,7 @@ def tf_config_from_indexed_job(environ=None) -> None:
     """In a pod of an Indexed Job rendered here: set TF_CONFIG from the job's cluster, task type and the completion
     index Kubernetes gives each pod. A no-op anywhere else (or where TF_CONFIG is already set)."""
     environ = os.environ if environ is None else environ
-    if environ.get(TF_CONFIG, "").strip() or not all(
-        k in environ for k in (CLUSTER_ENV, TASK_TYPE_ENV, INDEX_ENV)
-    ):
+    if tfconfig.is_set(environ) or not all(k in environ for k in (CLUSTER_ENV, TASK_TYPE_ENV, INDEX_ENV)):
         return
     environ[TF_CONFIG] = tf_config(
         json.loads(environ[CLUSTER_ENV]), environ[TASK_TYPE_ENV], int(environ[INDEX_ENV])

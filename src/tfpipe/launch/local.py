@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from tfpipe import strategies
+from tfpipe import strategies, tfconfig
 from tfpipe.errors import ConfigError
 from tfpipe.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_SIGINT, STOP_CODES, signal_exit
 from tfpipe.interrupts import LAUNCHER_PID_ENV, die_with_launcher
@@ -259,7 +259,7 @@ def train_stage(cfg, root: Path, train_args: Sequence[str] = ()):
 
     k8s.tf_config_from_indexed_job()  # a pod of a rendered Indexed Job: TF_CONFIG from its completion index
     strategy = strategies.spec(cfg.strategy.name)
-    if strategy.multi_process and not os.environ.get(cluster.TF_CONFIG, "").strip():
+    if strategy.multi_process and not tfconfig.is_set():
         return launch_stage(cfg, root, train_args)
     die_with_launcher()
     if strategy.coordinated and cluster.task()[0] in ("worker", "ps"):
